@@ -1,0 +1,47 @@
+"""A tensor as stored in a model file: still quantized, a zero-copy view of the mapped bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    name: str
+    ggml_type: GGMLQuantizationType
+    shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
+    data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
+
+    @property
+    def num_rows(self) -> int:
+        return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+    @property
+    def row_length(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def type_name(self) -> str:
+        return self.ggml_type.name
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+
+def bytes_per_row(ggml_type: GGMLQuantizationType, row_length: int) -> int:
+    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+    if row_length % block_size:
+        raise ValueError(f"row length {row_length} is not a multiple of the {ggml_type.name} block size {block_size}")
+    return row_length // block_size * type_size
+
+
+def make_weight_tensor(name: str, ggml_type: GGMLQuantizationType, shape: tuple[int, ...],
+                       raw: np.ndarray) -> WeightTensor:
+    """Wrap raw bytes (any uint8 buffer of the right size) as a WeightTensor of the given logical shape."""
+    row_length = shape[-1]
+    num_rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    data = np.asarray(raw).view(np.uint8).reshape(num_rows, bytes_per_row(ggml_type, row_length))
+    return WeightTensor(name, GGMLQuantizationType(ggml_type), tuple(int(d) for d in shape), data)

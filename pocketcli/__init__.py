@@ -1,0 +1,1 @@
+"""PocketLLM: a local LLM engine and CLI."""

@@ -1,0 +1,52 @@
+"""`pocket`: the command-line entry point. Each subcommand lives in pocketcli/commands/."""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from .errors import USER_ERRORS
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from .commands import generate, info, tokenize
+
+    parser = argparse.ArgumentParser(prog="pocket", description="PocketLLM: run LLMs locally.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in (generate, tokenize, info):
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or "--debug" in argv
+    if not args.command:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except BrokenPipeError:
+        return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

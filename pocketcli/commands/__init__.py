@@ -1,0 +1,1 @@
+"""One module per `pocket` subcommand: each has add_parser(subparsers) and run(args) -> exit code."""

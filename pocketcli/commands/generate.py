@@ -1,0 +1,86 @@
+"""`pocket generate`: one-shot generation streamed to stdout, timings to stderr."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..engine.generation import stream_generate
+from ..sampling_params import SamplingParams
+from ..tokenizer import make_chat_template
+from .common import add_model_argument, make_engine, read_prompt
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate text from a prompt")
+    add_model_argument(p)
+    p.add_argument("-p", "--prompt", default=None, help="prompt text")
+    p.add_argument("-f", "--file", default=None, help="read the prompt from a file")
+    p.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate (default 256)")
+    p.add_argument("--temperature", "--temp", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
+    p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    p.add_argument("--system", default=None, help="system message (with --chat)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(run=run)
+
+
+def make_sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                          repeat_penalty=args.repeat_penalty, max_tokens=args.max_tokens, seed=args.seed,
+                          stop=list(args.stop), ignore_eos=args.ignore_eos)
+
+
+def encode_prompt(engine, args: argparse.Namespace, prompt: str) -> list[int]:
+    tokenizer = engine.tokenizer
+    if not args.chat:
+        return tokenizer.encode(prompt, add_special=True, parse_special=True)
+    messages = ([{"role": "system", "content": args.system}] if args.system else [])
+    messages.append({"role": "user", "content": prompt})
+    template = make_chat_template(engine.model_file.metadata, engine.hparams.arch)
+    text = template.render(messages, add_generation_prompt=True)
+    # templates usually write BOS themselves; never add a second one
+    bos_text = tokenizer.decode([tokenizer.bos_id], skip_special=False) if tokenizer.bos_id is not None else None
+    add_special = not (bos_text and text.startswith(bos_text))
+    return tokenizer.encode(text, add_special=add_special, parse_special=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    params = make_sampling_params(args)
+    prompt = read_prompt(args)
+    load_started = time.perf_counter()
+    engine = make_engine(args)
+    load_seconds = time.perf_counter() - load_started
+    prompt_ids = encode_prompt(engine, args, prompt)
+    pieces, token_ids, last = [], [], None
+    for chunk in stream_generate(engine, prompt_ids, params):
+        pieces.append(chunk.text)
+        token_ids.extend(chunk.token_ids)
+        last = chunk
+        if not args.json and chunk.text:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+    stats = last.stats
+    timings = {"load_s": round(load_seconds, 3), "prompt_s": round(stats.prompt_seconds, 3),
+               "decode_s": round(stats.decode_seconds, 3),
+               "prompt_tokens_per_s": round(stats.prompt_tokens_per_second, 2),
+               "decode_tokens_per_s": round(stats.decode_tokens_per_second, 2)}
+    if args.json:
+        print(json.dumps({"text": "".join(pieces), "token_ids": token_ids, "prompt_tokens": len(prompt_ids),
+                          "completion_tokens": len(token_ids), "finish_reason": last.finish_reason,
+                          "timings": timings}, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        print(f"load {timings['load_s']:.2f} s | prompt {len(prompt_ids)} tok, "
+              f"{timings['prompt_tokens_per_s']:.1f} tok/s | decode {len(token_ids)} tok, "
+              f"{timings['decode_tokens_per_s']:.1f} tok/s | finish: {last.finish_reason}", file=sys.stderr)
+    return 0

@@ -1,0 +1,1 @@
+"""The inference engine: sequences, paged KV blocks, scheduling, model running and sampling."""

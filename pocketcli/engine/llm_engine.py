@@ -1,0 +1,106 @@
+"""The engine: owns the model, KV cache, scheduler and sampler; `step()` advances every running sequence."""
+from __future__ import annotations
+
+import numpy as np
+
+from gguf_loader import GGUFFile, open_gguf
+from gguf_loader.hparams import ModelHParams, read_hparams
+from kernels_numba import get_ops
+
+from ..config import EngineConfig
+from ..models import make_model, model_class_for
+from ..sampling_params import SamplingParams
+from ..tokenizer import Tokenizer
+from .block_manager import BlockManager
+from .kv_cache import make_kv_cache
+from .model_runner import ModelRunner
+from .outputs import StepOutput
+from .sampler import Sampler
+from .scheduler import ScheduledBatch, ScheduledSeq, Scheduler, SchedulerConfig
+from .sequence import Sequence
+
+
+class PromptTooLongError(ValueError):
+    """The prompt does not fit in the context window."""
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None):
+        self.config = config
+        self.model_file = model_file or open_gguf(config.model_path)
+        metadata = self.model_file.metadata
+        model_class_for(self.model_file.architecture)  # fail early, before the tokenizer, on unknown archs
+        self.tokenizer = Tokenizer.from_gguf_metadata(metadata)
+        self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
+        self.model = make_model(self.model_file, self.hparams, get_ops(config.backend))
+        self.max_model_len = self._context_length()
+        blocks_per_seq = -(-self.max_model_len // config.block_size)
+        num_blocks = blocks_per_seq * config.max_num_seqs
+        hp = self.hparams
+        self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, hp.num_kv_heads, hp.head_dim)
+        self.block_manager = BlockManager(num_blocks, config.block_size)
+        scheduler_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
+        self.scheduler = Scheduler(scheduler_config, self.block_manager, set(self.tokenizer.stop_token_ids))
+        self.runner = ModelRunner(self.model, self.kv_cache)
+        self.sampler = Sampler()
+
+    def _vocab_size(self) -> int:
+        return self.model_file.tensor_infos["token_embd.weight"].shape[0]
+
+    def _context_length(self) -> int:
+        trained = self.hparams.context_length
+        return min(self.config.ctx_size, trained) if self.config.ctx_size else trained
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams) -> Sequence:
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt is {len(prompt_token_ids)} tokens but the context holds {self.max_model_len} "
+                f"(raise --ctx-size or shorten the prompt)")
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.hparams.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.hparams.vocab_size})")
+        seq = Sequence(prompt_token_ids, params, self.config.block_size)
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq, "abort")
+        self.sampler.release(seq.seq_id)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.finish(seq, reason)
+        self.sampler.release(seq.seq_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[StepOutput]:
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        logits = self.runner.run(batch)
+        sampling_items = [item for item in batch.items if item.samples_token]
+        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids)
+                   for row, item in zip(logits, sampling_items)]
+        self.scheduler.postprocess(batch, sampled)
+        outputs = []
+        for item, token_id in zip(sampling_items, sampled):
+            seq = item.seq
+            if seq.is_finished:
+                self.sampler.release(seq.seq_id)
+            outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason))
+        return outputs
+
+    def score(self, token_ids: list[int], first_position: int = 0) -> np.ndarray:
+        """Logits [len(token_ids) - first_position, vocab] for each position from first_position on
+        (teacher forcing), computed through the same paged path as generation."""
+        seq = Sequence(token_ids, SamplingParams(temperature=0.0, max_tokens=1), self.config.block_size)
+        if len(seq) > self.max_model_len or not self.block_manager.can_allocate(seq, len(seq)):
+            raise PromptTooLongError(f"{len(seq)} tokens do not fit in the KV cache")
+        self.block_manager.allocate(seq, len(seq))
+        try:
+            return self.runner.run(ScheduledBatch([ScheduledSeq(seq, len(seq))]), first_logit_token=first_position)
+        finally:
+            self.block_manager.deallocate(seq)

@@ -1,0 +1,57 @@
+"""Flattens a scheduled batch into model inputs, runs the model, and returns logits of sampling positions."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..models.attn_metadata import AttnMetadata
+from ..models.base import DecoderModel
+from .kv_cache import KVCache
+from .scheduler import ScheduledBatch
+
+
+class ModelRunner:
+    def __init__(self, model: DecoderModel, kv_cache: KVCache):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+
+    def run(self, batch: ScheduledBatch, first_logit_token: int | None = None) -> np.ndarray:
+        """Returns logits [num_sampling_seqs, vocab_size], one row per item whose `samples_token` is true,
+        or, given first_logit_token, one row per flat batch token from that index on (scoring, verification)."""
+        token_ids, positions, attn, logits_indices = self.prepare_inputs(batch)
+        if first_logit_token is not None:
+            logits_indices = list(range(first_logit_token, len(token_ids)))
+        hidden = self.model.forward(token_ids, positions, attn, self.kv_cache.keys, self.kv_cache.values)
+        if not logits_indices:
+            return np.empty((0, self.model.hparams.vocab_size), dtype=np.float32)
+        return self.model.compute_logits(hidden[logits_indices])
+
+    def prepare_inputs(self, batch: ScheduledBatch):
+        token_ids, positions, slots, context_lens, starts, logits_indices = [], [], [], [], [0], []
+        for item in batch.items:
+            seq, start = item.seq, item.seq.num_cached_tokens
+            end = start + item.num_new_tokens
+            token_ids.extend(seq.token_ids[start:end])
+            seq_positions = np.arange(start, end, dtype=np.int64)
+            positions.append(seq_positions)
+            table = np.asarray(seq.block_table, dtype=np.int64)
+            slots.append(table[seq_positions // self.block_size] * self.block_size + seq_positions % self.block_size)
+            context_lens.append(end)
+            starts.append(starts[-1] + item.num_new_tokens)
+            if item.samples_token:
+                logits_indices.append(starts[-1] - 1)
+        attn = AttnMetadata(
+            slot_mapping=np.concatenate(slots),
+            block_tables=self._block_tables(batch),
+            context_lens=np.asarray(context_lens, dtype=np.int32),
+            query_start_loc=np.asarray(starts, dtype=np.int32),
+        )
+        return np.asarray(token_ids, dtype=np.int64), np.concatenate(positions), attn, logits_indices
+
+    @staticmethod
+    def _block_tables(batch: ScheduledBatch) -> np.ndarray:
+        max_blocks = max(len(item.seq.block_table) for item in batch.items)
+        tables = np.full((len(batch.items), max_blocks), -1, dtype=np.int32)
+        for row, item in enumerate(batch.items):
+            tables[row, :len(item.seq.block_table)] = item.seq.block_table
+        return tables

@@ -1,0 +1,93 @@
+"""Turns logits into next tokens: small composable filters, applied in llama.cpp's default order.
+
+Order: repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. temperature == 0 is argmax.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..sampling_params import SamplingParams
+
+
+def apply_repeat_penalty(logits: np.ndarray, recent_token_ids: np.ndarray, penalty: float) -> np.ndarray:
+    if penalty == 1.0 or recent_token_ids.size == 0:
+        return logits
+    out = logits.copy()
+    ids = np.unique(recent_token_ids)
+    picked = out[ids]
+    out[ids] = np.where(picked > 0, picked / penalty, picked * penalty)
+    return out
+
+
+def apply_top_k(logits: np.ndarray, top_k: int) -> np.ndarray:
+    if top_k <= 0 or top_k >= logits.size:
+        return logits
+    kth = np.partition(logits, -top_k)[-top_k]
+    return np.where(logits >= kth, logits, -np.inf)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - np.max(logits))
+    return shifted / shifted.sum()
+
+
+def apply_top_p(logits: np.ndarray, top_p: float) -> np.ndarray:
+    if top_p >= 1.0:
+        return logits
+    order = np.argsort(-logits, kind="stable")
+    probs = softmax(logits[order])
+    cumulative = np.cumsum(probs)
+    # keep the smallest prefix whose mass reaches top_p (always at least one token)
+    num_keep = int(np.searchsorted(cumulative, top_p) + 1)
+    out = np.full_like(logits, -np.inf)
+    keep = order[:num_keep]
+    out[keep] = logits[keep]
+    return out
+
+
+def apply_min_p(logits: np.ndarray, min_p: float) -> np.ndarray:
+    if min_p <= 0.0:
+        return logits
+    # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)
+    threshold = np.max(logits) + np.log(min_p)
+    return np.where(logits >= threshold, logits, -np.inf)
+
+
+def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
+    return logits / temperature
+
+
+class Sampler:
+    """Keeps one random generator per sequence so a seed reproduces the same text."""
+
+    def __init__(self):
+        self._rngs: dict[int, np.random.Generator] = {}
+
+    def sample(self, logits: np.ndarray, params: SamplingParams, seq_id: int,
+               history_token_ids: list[int]) -> int:
+        if params.is_greedy and params.repeat_penalty == 1.0:
+            return int(np.argmax(logits))
+        logits = logits.astype(np.float64)
+        logits = apply_repeat_penalty(logits, self._recent(history_token_ids, params), params.repeat_penalty)
+        if params.is_greedy:
+            return int(np.argmax(logits))
+        logits = apply_top_k(logits, params.top_k)
+        logits = apply_top_p(logits, params.top_p)
+        logits = apply_min_p(logits, params.min_p)
+        probs = softmax(apply_temperature(logits, params.temperature))
+        return int(self._rng(seq_id, params).choice(probs.size, p=probs))
+
+    def release(self, seq_id: int) -> None:
+        self._rngs.pop(seq_id, None)
+
+    @staticmethod
+    def _recent(history_token_ids: list[int], params: SamplingParams) -> np.ndarray:
+        if params.repeat_penalty == 1.0 or params.repeat_last_n == 0:
+            return np.empty(0, dtype=np.int64)
+        recent = history_token_ids if params.repeat_last_n < 0 else history_token_ids[-params.repeat_last_n:]
+        return np.asarray(recent, dtype=np.int64)
+
+    def _rng(self, seq_id: int, params: SamplingParams) -> np.random.Generator:
+        if seq_id not in self._rngs:
+            self._rngs[seq_id] = np.random.default_rng(params.seed)
+        return self._rngs[seq_id]

@@ -1,0 +1,157 @@
+"""A decoder-only transformer shared by every architecture; each architecture file sets what differs.
+
+Weights come in still quantized from the loader; the backend's ops come from `kernels_numba.get_ops`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gguf_loader import GGUFFile, ModelFileError, WeightTensor
+from gguf_loader.hparams import ModelHParams
+
+from .attn_metadata import AttnMetadata
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: np.ndarray
+    wq: WeightTensor
+    wk: WeightTensor
+    wv: WeightTensor
+    wo: WeightTensor
+    ffn_norm: np.ndarray
+    w_gate: WeightTensor
+    w_up: WeightTensor
+    w_down: WeightTensor
+    bq: np.ndarray | None = None
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None
+    post_ffw_norm: np.ndarray | None = None
+
+
+def float_vector(tensor: WeightTensor) -> np.ndarray:
+    """A small float tensor (norm weight, bias) as a float32 vector; zero-copy when it is F32."""
+    if tensor.type_name == "F32":
+        return tensor.data.view(np.float32).reshape(-1)
+    if tensor.type_name == "F16":
+        return tensor.data.view(np.float16).reshape(-1).astype(np.float32)
+    raise ModelFileError(f"tensor {tensor.name} has type {tensor.type_name}; expected F32 or F16")
+
+
+class DecoderModel:
+    activation = "silu"  # "silu" or "gelu" (tanh approximation), applied to the gate projection
+
+    def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
+        self.hparams = hparams
+        self.ops = ops
+        self.token_embedding = self._tensor(model_file, "token_embd.weight")
+        self.output_norm = float_vector(self._tensor(model_file, "output_norm.weight"))
+        self.lm_head = (self._tensor(model_file, "output.weight") if model_file.has_tensor("output.weight")
+                        else self.token_embedding)
+        self.rope_freq_factors = (float_vector(model_file.tensor("rope_freqs.weight"))
+                                  if model_file.has_tensor("rope_freqs.weight") else None)
+        self.layers = [self._load_layer(model_file, i) for i in range(hparams.num_layers)]
+
+    # --- loading -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _tensor(model_file: GGUFFile, name: str) -> WeightTensor:
+        if not model_file.has_tensor(name):
+            raise ModelFileError(f"{model_file.path}: missing tensor {name}")
+        return model_file.tensor(name)
+
+    def _load_layer(self, f: GGUFFile, i: int) -> LayerWeights:
+        def required(name: str) -> WeightTensor:
+            return self._tensor(f, f"blk.{i}.{name}.weight")
+
+        def optional_vector(name: str) -> np.ndarray | None:
+            full = f"blk.{i}.{name}"
+            return float_vector(f.tensor(full)) if f.has_tensor(full) else None
+
+        return LayerWeights(
+            attn_norm=float_vector(required("attn_norm")),
+            wq=required("attn_q"), wk=required("attn_k"), wv=required("attn_v"), wo=required("attn_output"),
+            ffn_norm=float_vector(required("ffn_norm")),
+            w_gate=required("ffn_gate"), w_up=required("ffn_up"), w_down=required("ffn_down"),
+            bq=optional_vector("attn_q.bias"), bk=optional_vector("attn_k.bias"), bv=optional_vector("attn_v.bias"),
+            q_norm=optional_vector("attn_q_norm.weight"), k_norm=optional_vector("attn_k_norm.weight"),
+            post_attn_norm=optional_vector("post_attention_norm.weight"),
+            post_ffw_norm=optional_vector("post_ffw_norm.weight"),
+        )
+
+    # --- what architectures override -----------------------------------------------------------------------
+    def embedding_scale(self) -> float:
+        return 1.0
+
+    def attention_scale(self) -> float:
+        return 1.0 / float(np.sqrt(self.hparams.head_dim))
+
+    # --- forward -------------------------------------------------------------------------------------------
+    def forward(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata,
+                kv_keys: list[np.ndarray], kv_values: list[np.ndarray]) -> np.ndarray:
+        """token_ids, positions: [num_tokens] -> hidden states [num_tokens, hidden_size] (before the final norm)."""
+        x = self.ops.embedding(token_ids, self.token_embedding)  # x: [T, D]
+        scale = self.embedding_scale()
+        if scale != 1.0:
+            x *= np.float32(scale)
+        for layer_id, layer in enumerate(self.layers):
+            x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
+        return x
+
+    def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
+        """hidden: [N, D] -> logits [N, vocab_size]."""
+        h = self.ops.rms_norm(np.ascontiguousarray(hidden), self.output_norm, self.hparams.rms_norm_eps)
+        logits = self.ops.linear(h, self.lm_head)
+        if self.hparams.final_logit_softcap:
+            logits = self.ops.softcap(logits, self.hparams.final_logit_softcap)
+        return logits
+
+    def _layer_forward(self, layer_id: int, w: LayerWeights, x: np.ndarray, positions: np.ndarray,
+                       attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
+        ops, eps = self.ops, self.hparams.rms_norm_eps
+        h = ops.rms_norm(x, w.attn_norm, eps)
+        o = self._attention(layer_id, w, h, positions, attn, k_cache, v_cache)
+        if w.post_attn_norm is not None:
+            o = ops.rms_norm(o, w.post_attn_norm, eps)
+        x = x + o
+        h = ops.rms_norm(x, w.ffn_norm, eps)
+        d = self._feed_forward(w, h)
+        if w.post_ffw_norm is not None:
+            d = ops.rms_norm(d, w.post_ffw_norm, eps)
+        return x + d
+
+    def _project_heads(self, h: np.ndarray, weight: WeightTensor, bias: np.ndarray | None,
+                       norm: np.ndarray | None, num_heads: int) -> np.ndarray:
+        """h: [T, D] -> [T, num_heads, head_dim], with optional bias and per-head RMSNorm."""
+        y = self.ops.linear(h, weight)
+        if bias is not None:
+            y += bias
+        head_dim = self.hparams.head_dim
+        if norm is not None:
+            y = self.ops.rms_norm(y.reshape(-1, head_dim), norm, self.hparams.rms_norm_eps)
+        return y.reshape(h.shape[0], num_heads, head_dim)
+
+    def _attention(self, layer_id: int, w: LayerWeights, h: np.ndarray, positions: np.ndarray,
+                   attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
+        ops, hp = self.ops, self.hparams
+        q = self._project_heads(h, w.wq, w.bq, w.q_norm, hp.num_heads)  # q: [T, H, hd]
+        k = self._project_heads(h, w.wk, w.bk, w.k_norm, hp.num_kv_heads)  # k: [T, KVH, hd]
+        v = self._project_heads(h, w.wv, w.bv, None, hp.num_kv_heads)  # v: [T, KVH, hd]
+        theta, freq_scale = hp.layer_rope_theta(layer_id), hp.layer_rope_freq_scale(layer_id)
+        q = ops.rope(q, positions, theta, hp.is_neox_rope, freq_scale, self.rope_freq_factors)
+        k = ops.rope(k, positions, theta, hp.is_neox_rope, freq_scale, self.rope_freq_factors)
+        ops.store_kv(k, v, k_cache, v_cache, attn.slot_mapping)
+        o = ops.paged_attention(q, k_cache, v_cache, attn.block_tables, attn.context_lens, attn.query_start_loc,
+                                self.attention_scale(), hp.layer_sliding_window(layer_id), hp.attn_logit_softcap)
+        return ops.linear(o.reshape(h.shape[0], -1), w.wo)
+
+    def _feed_forward(self, w: LayerWeights, h: np.ndarray) -> np.ndarray:
+        gate = self.ops.linear(h, w.w_gate)
+        up = self.ops.linear(h, w.w_up)
+        act = self.ops.gelu_mul(gate, up) if self.activation == "gelu" else self.ops.silu_mul(gate, up)
+        return self.ops.linear(act, w.w_down)
