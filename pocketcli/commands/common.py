@@ -15,11 +15,18 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
 
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
+    parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
+    parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
+                        help="kernel backend (reference = slow numpy oracle, for debugging)")
+
+
 def make_engine(args: argparse.Namespace):
     from ..engine.llm_engine import LLMEngine
 
-    config = EngineConfig(model_path=resolve_model(args.model), ctx_size=getattr(args, "ctx_size", 4096),
-                          max_num_batched_tokens=getattr(args, "batch_size", 512))
+    config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
+                          max_num_batched_tokens=args.batch_size, backend=args.backend)
     return LLMEngine(config)
 
 

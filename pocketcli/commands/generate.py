@@ -9,7 +9,7 @@ import time
 from ..engine.generation import stream_generate
 from ..sampling_params import SamplingParams
 from ..tokenizer import make_chat_template
-from .common import add_model_argument, make_engine, read_prompt
+from .common import add_engine_arguments, add_model_argument, make_engine, read_prompt
 
 
 def add_parser(subparsers) -> None:
@@ -26,8 +26,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
-    p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
+    add_engine_arguments(p)
     p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     p.add_argument("--system", default=None, help="system message (with --chat)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")

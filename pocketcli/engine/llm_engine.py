@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gguf_loader import GGUFFile, open_gguf
+from gguf_loader import GGUFFile, UnsupportedModelError, open_gguf
 from gguf_loader.hparams import ModelHParams, read_hparams
 from kernels_numba import get_ops
 
@@ -24,6 +24,15 @@ class PromptTooLongError(ValueError):
     """The prompt does not fit in the context window."""
 
 
+def check_tensor_types(model_file: GGUFFile, supported_types) -> None:
+    """Fail at load, naming the tensor and its type, rather than in the middle of a forward pass."""
+    for info in model_file.tensor_infos.values():
+        if info.ggml_type not in supported_types:
+            type_name = model_file.tensor(info.name).type_name
+            raise UnsupportedModelError(f"{model_file.path}: tensor {info.name} has quant type {type_name}, "
+                                        f"which PocketLLM does not support yet")
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None):
         self.config = config
@@ -32,7 +41,9 @@ class LLMEngine:
         model_class_for(self.model_file.architecture)  # fail early, before the tokenizer, on unknown archs
         self.tokenizer = Tokenizer.from_gguf_metadata(metadata)
         self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
-        self.model = make_model(self.model_file, self.hparams, get_ops(config.backend))
+        ops = get_ops(config.backend)
+        check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
+        self.model = make_model(self.model_file, self.hparams, ops)
         self.max_model_len = self._context_length()
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         num_blocks = blocks_per_seq * config.max_num_seqs
