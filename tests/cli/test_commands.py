@@ -1,0 +1,72 @@
+"""The CLI on the embedded default model: generate (text, --json, --chat, stdin, stop), tokenize, info."""
+import io
+import json
+
+import pytest
+
+from pocketcli.cli import main
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_generate_json_greedy_is_deterministic(capsys):
+    args = ("generate", "-p", "The capital of France is", "-n", "12", "--temperature", "0", "--json")
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0
+    result = json.loads(out)
+    assert set(result) >= {"text", "token_ids", "prompt_tokens", "completion_tokens", "finish_reason", "timings"}
+    assert result["prompt_tokens"] == 6 and result["completion_tokens"] == len(result["token_ids"]) == 12
+    assert result["finish_reason"] == "length"
+    assert "Paris" in result["text"] or result["text"].strip()
+    assert json.loads(run_cli(capsys, *args)[1])["token_ids"] == result["token_ids"]
+
+
+def test_generate_streams_text_and_reports_timings(capsys):
+    code, out, err = run_cli(capsys, "generate", "-p", "Once upon a time", "-n", "8", "--seed", "3")
+    assert code == 0 and out.strip()
+    assert "prompt" in err and "tok/s" in err and "decode" in err
+
+
+def test_seeded_sampling_reproduces(capsys):
+    args = ("generate", "-p", "My favourite food is", "-n", "10", "--seed", "42", "--temperature", "1.0", "--json")
+    first = json.loads(run_cli(capsys, *args)[1])["token_ids"]
+    assert json.loads(run_cli(capsys, *args)[1])["token_ids"] == first
+
+
+def test_stop_string_cuts_output(capsys):
+    args = ("generate", "-p", "1, 2, 3, 4,", "-n", "30", "--temperature", "0", "--json")
+    full = json.loads(run_cli(capsys, *args)[1])["text"]
+    assert "7" in full
+    stopped = json.loads(run_cli(capsys, *args, "--stop", "7")[1])
+    assert stopped["finish_reason"] == "stop" and stopped["text"] == full[:full.index("7")]
+
+
+def test_prompt_from_stdin(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("Water boils at"))
+    code, out, _ = run_cli(capsys, "generate", "-n", "4", "--temperature", "0", "--json")
+    assert code == 0 and json.loads(out)["prompt_tokens"] == 4
+
+
+def test_chat_template_wraps_prompt(capsys):
+    code, out, _ = run_cli(capsys, "generate", "--chat", "-p", "Hi", "-n", "4", "--temperature", "0", "--json")
+    assert code == 0
+    # <bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n: one BOS, not two
+    assert json.loads(out)["prompt_tokens"] == 10
+
+
+def test_tokenize_json(capsys):
+    code, out, _ = run_cli(capsys, "tokenize", "The capital of France is", "--json")
+    assert code == 0
+    assert json.loads(out)["token_ids"] == [2, 818, 5279, 529, 7001, 563]
+
+
+def test_info_describes_default_model(capsys):
+    code, out, _ = run_cli(capsys, "info", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["architecture"] == "gemma3" and info["layers"] == 18
+    assert info["tensor_types"] == {"F32": 109, "Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9}
+    assert info["context_length"] == 32768 and info["chat_template"].startswith("built-in")
