@@ -18,6 +18,7 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
     parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
+    parser.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
 
@@ -25,9 +26,19 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def make_engine(args: argparse.Namespace):
     from ..engine.llm_engine import LLMEngine
 
+    set_cpu_threads(args.threads)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                           max_num_batched_tokens=args.batch_size, backend=args.backend)
     return LLMEngine(config)
+
+
+def set_cpu_threads(num_threads: int) -> None:
+    if num_threads < 0:
+        raise UsageError(f"--threads must be >= 0, got {num_threads}")
+    if num_threads:
+        import numba
+
+        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
 
 
 def read_prompt(args: argparse.Namespace) -> str:

@@ -1,0 +1,18 @@
+"""numba CPU kernels: the same ops, with the same signatures, as kernels_numba.reference."""
+from pathlib import Path
+
+from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
+
+clear_stale_numba_cache(Path(__file__).parent)
+
+from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
+from kernels_numba.cpu.attention import paged_attention  # noqa: E402
+from kernels_numba.cpu.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
+from kernels_numba.cpu.kv_store import store_kv  # noqa: E402
+from kernels_numba.cpu.matmul import linear  # noqa: E402
+from kernels_numba.cpu.norm import rms_norm  # noqa: E402
+from kernels_numba.cpu.quant_type import SUPPORTED_TYPES  # noqa: E402
+from kernels_numba.cpu.rotary import rope  # noqa: E402
+
+__all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
+           "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]

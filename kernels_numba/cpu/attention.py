@@ -1,0 +1,132 @@
+"""Causal attention over a paged KV cache, with GQA, llama.cpp-style sliding windows and soft-capping."""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
+
+
+@njit(cache=True)
+def sequence_of_tokens(query_start_loc, num_tokens):
+    """token index -> sequence index, from the query start offsets of each sequence."""
+    token_seq = np.zeros(num_tokens, dtype=np.int64)
+    for s in range(query_start_loc.size - 1):
+        for t in range(query_start_loc[s], query_start_loc[s + 1]):
+            token_seq[t] = s
+    return token_seq
+
+
+@njit(cache=True)
+def first_visible_key(query_pos, sliding_window):
+    """Oldest key position a query at `query_pos` sees: llama.cpp masks keys with query_pos - key_pos >= window."""
+    if sliding_window <= 0:
+        return 0
+    return max(0, query_pos - sliding_window + 1)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def attend_one(query, k_cache, v_cache, block_table, kv_head, first_key, last_key, scale, softcap, out):
+    """out = softmax(scale * query . keys) @ values over key positions first_key..last_key of one sequence."""
+    block_size, head_dim = k_cache.shape[1], query.size
+    scores = np.empty(last_key - first_key + 1, dtype=np.float32)
+    best = -np.inf
+    for i in range(scores.size):
+        key_pos = first_key + i
+        key = k_cache[block_table[key_pos // block_size], key_pos % block_size, kv_head]
+        score = np.float32(0.0)
+        for d in range(head_dim):
+            score += query[d] * key[d]
+        score *= scale
+        if softcap > 0:
+            score = softcap * np.float32(math.tanh(score / softcap))
+        scores[i] = score
+        best = max(best, score)
+    total = np.float32(0.0)
+    for i in range(scores.size):  # max-subtracted softmax: every exponent is <= 0
+        scores[i] = np.float32(math.exp(scores[i] - best))
+        total += scores[i]
+    out[:] = 0.0
+    for i in range(scores.size):
+        key_pos = first_key + i
+        value = v_cache[block_table[key_pos // block_size], key_pos % block_size, kv_head]
+        weight = scores[i] / total
+        for d in range(head_dim):
+            out[d] += weight * value[d]
+
+
+@njit(cache=True, nogil=True)
+def attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+                 sliding_window, softcap, out, first_task, stop_task):
+    """Tasks first_task..stop_task-1, task = (query token, head) flattened as token * heads + head."""
+    num_heads = q.shape[1]
+    group_size = num_heads // k_cache.shape[2]
+    for task in range(first_task, stop_task):
+        t, head = task // num_heads, task % num_heads
+        seq = token_seq[t]
+        num_queries = query_start_loc[seq + 1] - query_start_loc[seq]
+        query_pos = context_lens[seq] - num_queries + (t - query_start_loc[seq])  # queries are the last tokens
+        attend_one(q[t, head], k_cache, v_cache, block_tables[seq], head // group_size,
+                   first_visible_key(query_pos, sliding_window), query_pos, scale, softcap, out[t, head])
+
+
+@njit(cache=True, parallel=True)
+def attend_tasks_parallel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+                          sliding_window, softcap, out, chunks):
+    num_tasks = q.shape[0] * q.shape[1]
+    tasks_per_chunk = (num_tasks + chunks - 1) // chunks
+    for chunk in prange(chunks):
+        first = chunk * tasks_per_chunk
+        attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+                     sliding_window, softcap, out, first, min(num_tasks, first + tasks_per_chunk))
+
+
+def _attention_work(context_lens, query_start_loc, num_heads: int, head_dim: int, sliding_window: int) -> int:
+    """Rough count of q.k and p.v terms, to decide whether threads pay off."""
+    num_queries = np.diff(query_start_loc).astype(np.int64)
+    keys_seen = np.asarray(context_lens, dtype=np.int64)
+    if sliding_window > 0:
+        keys_seen = np.minimum(keys_seen, sliding_window)
+    return int((num_queries * keys_seen).sum()) * num_heads * head_dim * 2
+
+
+def _check_layout(q, k_cache, v_cache, block_tables, context_lens, query_start_loc) -> None:
+    num_tokens, num_heads, head_dim = q.shape
+    if k_cache.shape != v_cache.shape or k_cache.ndim != 4 or k_cache.shape[3] != head_dim:
+        raise ValueError(f"paged_attention: caches {k_cache.shape}/{v_cache.shape} do not fit q {q.shape}")
+    if num_heads % k_cache.shape[2]:
+        raise ValueError(f"paged_attention: {num_heads} heads not a multiple of {k_cache.shape[2]} kv heads")
+    if query_start_loc.size != context_lens.size + 1 or query_start_loc[-1] != num_tokens:
+        raise ValueError("paged_attention: query_start_loc must have num_seqs+1 entries ending at num_tokens")
+    num_queries = np.diff(query_start_loc)
+    if np.any(num_queries < 0) or np.any(num_queries > context_lens):
+        raise ValueError("paged_attention: each sequence needs 0 <= its query count <= its context length")
+    if np.any(context_lens > block_tables.shape[1] * k_cache.shape[1]):
+        raise ValueError("paged_attention: a context length exceeds its block table")
+
+
+def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
+                    context_lens: np.ndarray, query_start_loc: np.ndarray, scale: float,
+                    sliding_window: int = 0, softcap: float = 0.0, out: np.ndarray | None = None) -> np.ndarray:
+    """Attention of q: [n, heads, head_dim] over the paged cache [blocks, block_size, kv_heads, head_dim].
+
+    Sequence s owns queries q[query_start_loc[s]:query_start_loc[s+1]], the last tokens of its
+    context_lens[s] cached tokens. sliding_window 0 = full causal attention; softcap 0 = no capping.
+    """
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    block_tables = np.ascontiguousarray(block_tables, dtype=np.int32)
+    context_lens = np.ascontiguousarray(context_lens, dtype=np.int32)
+    query_start_loc = np.ascontiguousarray(query_start_loc, dtype=np.int32)
+    _check_layout(q, k_cache, v_cache, block_tables, context_lens, query_start_loc)
+    if out is None:
+        out = np.empty_like(q)
+    token_seq = sequence_of_tokens(query_start_loc, q.shape[0])
+    args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, np.float32(scale),
+            int(sliding_window), np.float32(softcap), out)
+    num_tasks = q.shape[0] * q.shape[1]
+    if use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
+        attend_tasks_parallel(*args, num_chunks(num_tasks))
+    else:
+        attend_tasks(*args, 0, num_tasks)
+    return out

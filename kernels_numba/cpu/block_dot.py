@@ -1,0 +1,239 @@
+"""Fused dequantize-and-dot of quantized rows with a float32 vector (the decode-time matvec inner loop).
+
+Each weight byte is read once and becomes float32 in registers. The loops have the lane-accumulator shape
+`lanes[j] += scale * q[j] * x[j]` over one block (a small fixed lane array, reduced once per row): the lane
+store keeps LLVM from vectorising across blocks with gathers, and the fully unrolled block becomes SIMD loads,
+converts and FMAs. For types with a per-block minimum, `min * sum(x)` uses `x_sums` (sums of each run of 32
+values of x), one scalar per sub-block. Q8_0 and Q5_0/Q5_1 (most of the default model's bytes) advance four
+rows together so their accumulator chains overlap and share the loads of x.
+
+Two codegen rules, both measured: quant arithmetic is kept in int32 (`I32(...)`; numba widens integer ops to
+int64, which halves the SIMD width), and kernels taking layout parameters are inlined (`inline="always"`) into
+callers that pass constants, so LLVM sees constant offsets and emits contiguous vector loads.
+"""
+import numpy as np
+from numba import njit
+
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.block_decode import decode_row, k_scale_and_min, read_u32
+from kernels_numba.cpu.half import read_half
+from kernels_numba.cpu.jit_options import SUM_FASTMATH
+
+I32 = np.int32
+NUM_LANES = 128  # lanes scratch floats: 4 rows x 32 for Q8_0, 64 for the Q4_K / Q6_K layouts
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_f32(a, b):
+    total = np.float32(0.0)
+    for j in range(a.size):
+        total += a[j] * b[j]
+    return total
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def lanes_total(lanes, first, count):
+    total = np.float32(0.0)
+    for j in range(count):
+        total += lanes[first + j]
+    return total
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot4_q8_0(data, rows, x, lanes):
+    """Dots of four Q8_0 rows (indices `rows`, may repeat) with x; block: d f16 | 32 int8."""
+    ra, rb, rc, rd = rows
+    lanes[:128] = 0.0
+    for blk in range(x.size // 32):
+        base, first = 34 * blk, 32 * blk
+        da, db = read_half(data[ra], base), read_half(data[rb], base)
+        dc, dd = read_half(data[rc], base), read_half(data[rd], base)
+        for j in range(32):
+            xj = x[first + j]
+            lanes[j] += da * np.float32(np.int8(data[ra, base + 2 + j])) * xj
+            lanes[32 + j] += db * np.float32(np.int8(data[rb, base + 2 + j])) * xj
+            lanes[64 + j] += dc * np.float32(np.int8(data[rc, base + 2 + j])) * xj
+            lanes[96 + j] += dd * np.float32(np.int8(data[rd, base + 2 + j])) * xj
+    return lanes_total(lanes, 0, 32), lanes_total(lanes, 32, 32), lanes_total(lanes, 64, 32), lanes_total(lanes, 96, 32)
+
+
+@njit(cache=True)
+def q5_quants(byte, high_bits, j, offset):
+    """The two 5-bit quants (values j and j+16, plus `offset`) stored in nibble byte j of a Q5 block."""
+    q_low = I32(I32(byte & I32(15)) | I32(I32(I32(high_bits >> I32(j)) & I32(1)) << I32(4)))
+    q_high = I32(I32(byte >> I32(4)) | I32(I32(I32(high_bits >> I32(j + 16)) & I32(1)) << I32(4)))
+    return np.float32(I32(q_low + I32(offset))), np.float32(I32(q_high + I32(offset)))
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
+def dot4_q5(data, rows, x, x_sums, lanes, has_min):
+    """Dots of four Q5_0 rows (has_min False: d*(q-16)) or Q5_1 rows (d*q + m) with x."""
+    ra, rb, rc, rd = rows
+    high_bits_at = 4 if has_min else 2
+    block_bytes, quants_at, offset = high_bits_at + 20, high_bits_at + 4, 0 if has_min else -16
+    lanes[:128] = 0.0
+    min_a = min_b = min_c = min_d = np.float32(0.0)
+    for blk in range(x.size // 32):
+        base, first = block_bytes * blk, 32 * blk
+        da, db = read_half(data[ra], base), read_half(data[rb], base)
+        dc, dd = read_half(data[rc], base), read_half(data[rd], base)
+        ha, hb = I32(read_u32(data[ra], base + high_bits_at)), I32(read_u32(data[rb], base + high_bits_at))
+        hc, hd = I32(read_u32(data[rc], base + high_bits_at)), I32(read_u32(data[rd], base + high_bits_at))
+        for j in range(16):
+            x_low, x_high = x[first + j], x[first + 16 + j]
+            qa_low, qa_high = q5_quants(np.int32(data[ra, base + quants_at + j]), ha, j, offset)
+            qb_low, qb_high = q5_quants(np.int32(data[rb, base + quants_at + j]), hb, j, offset)
+            qc_low, qc_high = q5_quants(np.int32(data[rc, base + quants_at + j]), hc, j, offset)
+            qd_low, qd_high = q5_quants(np.int32(data[rd, base + quants_at + j]), hd, j, offset)
+            lanes[j] += da * qa_low * x_low
+            lanes[16 + j] += da * qa_high * x_high
+            lanes[32 + j] += db * qb_low * x_low
+            lanes[48 + j] += db * qb_high * x_high
+            lanes[64 + j] += dc * qc_low * x_low
+            lanes[80 + j] += dc * qc_high * x_high
+            lanes[96 + j] += dd * qd_low * x_low
+            lanes[112 + j] += dd * qd_high * x_high
+        if has_min:
+            min_a += read_half(data[ra], base + 2) * x_sums[blk]
+            min_b += read_half(data[rb], base + 2) * x_sums[blk]
+            min_c += read_half(data[rc], base + 2) * x_sums[blk]
+            min_d += read_half(data[rd], base + 2) * x_sums[blk]
+    return (lanes_total(lanes, 0, 32) + min_a, lanes_total(lanes, 32, 32) + min_b,
+            lanes_total(lanes, 64, 32) + min_c, lanes_total(lanes, 96, 32) + min_d)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_q4_0(row, x, lanes):  # block: d f16 | 16 bytes: low nibbles values 0-15, high nibbles 16-31
+    lanes[:32] = 0.0
+    for blk in range(x.size // 32):
+        base, first = 18 * blk, 32 * blk
+        d = read_half(row, base)
+        for j in range(16):
+            byte = I32(row[base + 2 + j])
+            lanes[j] += d * np.float32(I32(I32(byte & I32(15)) - I32(8))) * x[first + j]
+            lanes[16 + j] += d * np.float32(I32(I32(byte >> I32(4)) - I32(8))) * x[first + 16 + j]
+    return lanes_total(lanes, 0, 32)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_q4_1(row, x, x_sums, lanes):  # block: d f16 | m f16 | 16 bytes of nibbles
+    lanes[:32] = 0.0
+    min_total = np.float32(0.0)
+    for blk in range(x.size // 32):
+        base, first = 20 * blk, 32 * blk
+        d = read_half(row, base)
+        for j in range(16):
+            byte = I32(row[base + 4 + j])
+            lanes[j] += d * np.float32(I32(byte & I32(15))) * x[first + j]
+            lanes[16 + j] += d * np.float32(I32(byte >> I32(4))) * x[first + 16 + j]
+        min_total += read_half(row, base + 2) * x_sums[blk]
+    return lanes_total(lanes, 0, 32) + min_total
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
+def dot_k_quant(row, x, x_sums, lanes, block_bytes, high_bits_at, quants_at):
+    """Q4_K (high_bits_at < 0) or Q5_K row: d*scale*q*x per value, minus dmin*min*sum(x) per 32 values.
+
+    Super-block: d | dmin | 12 packed scale bytes | [Q5_K: 32 high-bit bytes] | 128 nibble bytes.
+    """
+    lanes[:64] = 0.0
+    min_total = np.float32(0.0)
+    for sb in range(x.size // 256):
+        base = block_bytes * sb
+        d, dmin = read_half(row, base), read_half(row, base + 2)
+        for pair in range(4):  # sub-blocks 2*pair (low nibbles) and 2*pair+1 (high nibbles) share 32 bytes
+            scale_low, min_low = k_scale_and_min(row, base + 4, 2 * pair)
+            scale_high, min_high = k_scale_and_min(row, base + 4, 2 * pair + 1)
+            d_low, d_high = d * np.float32(scale_low), d * np.float32(scale_high)
+            quants, first = base + quants_at + 32 * pair, 256 * sb + 64 * pair
+            for l in range(32):
+                byte = I32(row[quants + l])
+                q_low, q_high = I32(byte & I32(15)), I32(byte >> I32(4))
+                if high_bits_at >= 0:
+                    bits = I32(I32(row[base + high_bits_at + l]) >> I32(2 * pair))
+                    q_low = I32(q_low | I32(I32(bits & I32(1)) << I32(4)))
+                    q_high = I32(q_high | I32(I32(bits & I32(2)) << I32(3)))
+                lanes[l] += d_low * np.float32(q_low) * x[first + l]
+                lanes[32 + l] += d_high * np.float32(q_high) * x[first + 32 + l]
+            sub = 8 * sb + 2 * pair
+            min_total += dmin * (np.float32(min_low) * x_sums[sub] + np.float32(min_high) * x_sums[sub + 1])
+    return lanes_total(lanes, 0, 64) - min_total
+
+
+@njit(cache=True)
+def q6_value(low4, high_bits, shift):
+    """Signed Q6_K quant: 4 low bits | 2 high bits taken at `shift` of the high byte, minus 32, as float32."""
+    return np.float32(I32(I32(low4 | I32(I32(I32(high_bits >> I32(shift)) & I32(3)) << I32(4))) - I32(32)))
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_q6_k(row, x, lanes):
+    """Q6_K row; super-block: 128 low-nibble bytes | 64 high-2-bit bytes | 16 int8 scales | d f16."""
+    lanes[:64] = 0.0
+    for sb in range(x.size // 256):
+        base = 210 * sb
+        d = read_half(row, base + 208)
+        for half in range(2):
+            low, high, scales = base + 64 * half, base + 128 + 32 * half, base + 192 + 8 * half
+            for part in range(2):  # values 16*part .. 16*part+15 of each quarter share one scale
+                d0 = d * np.float32(np.int8(row[scales + part]))
+                d1 = d * np.float32(np.int8(row[scales + 2 + part]))
+                d2 = d * np.float32(np.int8(row[scales + 4 + part]))
+                d3 = d * np.float32(np.int8(row[scales + 6 + part]))
+                first = 256 * sb + 128 * half + 16 * part
+                for j in range(16):
+                    l = 16 * part + j
+                    low_a, low_b = I32(row[low + l]), I32(row[low + 32 + l])
+                    bits = I32(row[high + l])
+                    lanes[j] += d0 * q6_value(I32(low_a & I32(15)), bits, 0) * x[first + j]
+                    lanes[16 + j] += d1 * q6_value(I32(low_b & I32(15)), bits, 2) * x[first + 32 + j]
+                    lanes[32 + j] += d2 * q6_value(I32(low_a >> I32(4)), bits, 4) * x[first + 64 + j]
+                    lanes[48 + j] += d3 * q6_value(I32(low_b >> I32(4)), bits, 6) * x[first + 96 + j]
+    return lanes_total(lanes, 0, 64)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_row(code, row, x, x_sums, lanes):
+    """Dot of one row with x for the types without a four-row kernel (Q4_K, Q6_K, Q4_0, Q4_1, Q5_K)."""
+    if code == qt.Q4_K:
+        return dot_k_quant(row, x, x_sums, lanes, 144, -1, 16)
+    if code == qt.Q6_K:
+        return dot_q6_k(row, x, lanes)
+    if code == qt.Q4_0:
+        return dot_q4_0(row, x, lanes)
+    if code == qt.Q4_1:
+        return dot_q4_1(row, x, x_sums, lanes)
+    return dot_k_quant(row, x, x_sums, lanes, 176, 16, 48)  # Q5_K
+
+
+ROWS_PER_GROUP = 4
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out):
+    """out[t, r] = dot(row r decoded as `code`, x[t]) for the rows first_row .. first_row+3 that exist.
+
+    scratch: float32 [k] for the float types (decoded once per row); lanes: float32 [NUM_LANES].
+    """
+    stop_row = min(first_row + ROWS_PER_GROUP, data.shape[0])
+    if code == qt.Q8_0 or code == qt.Q5_0 or code == qt.Q5_1:
+        last = stop_row - 1  # a short final group repeats its last row; the repeats are not written
+        rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
+        for t in range(x.shape[0]):
+            if code == qt.Q8_0:
+                values = dot4_q8_0(data, rows, x[t], lanes)
+            elif code == qt.Q5_0:
+                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, False)
+            else:
+                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, True)
+            for g in range(stop_row - first_row):
+                out[t, first_row + g] = values[g]
+    elif code == qt.F32 or code == qt.F16 or code == qt.BF16:
+        for r in range(first_row, stop_row):
+            decode_row(code, data[r], scratch)
+            for t in range(x.shape[0]):
+                out[t, r] = dot_f32(scratch, x[t])
+    else:
+        for r in range(first_row, stop_row):
+            for t in range(x.shape[0]):
+                out[t, r] = dot_row(code, data[r], x[t], x_sums[t], lanes)

@@ -1,0 +1,36 @@
+"""Drop numba's on-disk cache of this package when any of its sources changed.
+
+numba invalidates a cached function only when the function's own file changes, not when a kernel it calls
+(in another file) does; a stale cache would then run old code. A digest of all sources is kept next to the cache.
+"""
+import hashlib
+from pathlib import Path
+
+_STAMP_NAME = "kernel_sources.sha256"
+
+
+def sources_digest(package_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for source in sorted(package_dir.glob("*.py")):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def clear_stale_numba_cache(package_dir: Path) -> None:
+    """Delete the package's *.nbi/*.nbc files if its sources differ from those they were compiled from."""
+    cache_dir = package_dir / "__pycache__"
+    stamp = cache_dir / _STAMP_NAME
+    digest = sources_digest(package_dir)
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    try:
+        cache_dir.mkdir(exist_ok=True)
+        for cached in list(cache_dir.glob("*.nbi")) + list(cache_dir.glob("*.nbc")):
+            cached.unlink(missing_ok=True)
+        stamp.write_text(digest)
+    except OSError:  # read-only install: numba then falls back to its own cache location
+        pass

@@ -1,0 +1,27 @@
+"""Writing new keys and values into the paged KV cache."""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def store_kv_into(k, v, k_cache, v_cache, slot_mapping):
+    block_size = k_cache.shape[1]
+    for i in range(slot_mapping.size):
+        slot = slot_mapping[i]
+        if slot < 0:  # padding token: nothing to store
+            continue
+        block, offset = slot // block_size, slot % block_size
+        k_cache[block, offset] = k[i]
+        v_cache[block, offset] = v[i]
+
+
+def store_kv(k: np.ndarray, v: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+             slot_mapping: np.ndarray) -> None:
+    """Write token i of k/v: [n, kv_heads, head_dim] into slot slot_mapping[i] = block * block_size + offset."""
+    slot_mapping = np.ascontiguousarray(slot_mapping, dtype=np.int64).reshape(-1)
+    if not (k.shape == v.shape and k.shape[0] == slot_mapping.size and k.shape[1:] == k_cache.shape[2:]):
+        raise ValueError(f"store_kv: k {k.shape}, v {v.shape}, {slot_mapping.size} slots, cache {k_cache.shape}")
+    if slot_mapping.size and slot_mapping.max() >= k_cache.shape[0] * k_cache.shape[1]:
+        raise IndexError("store_kv: slot beyond the end of the cache")
+    store_kv_into(np.ascontiguousarray(k, dtype=np.float32), np.ascontiguousarray(v, dtype=np.float32),
+                  k_cache, v_cache, slot_mapping)

@@ -1,0 +1,112 @@
+"""y = x @ W.T for quantized W without ever holding W in float32.
+
+Decode (one token): one fused pass over the weight bytes (block_dot), row groups split across threads for big
+matrices. Prefill (more tokens): rows are decoded a tile at a time into a reused float32 buffer and multiplied
+with BLAS. The tile decode runs on the calling thread on purpose: alternating numba's thread pool with
+OpenBLAS's (both spin-wait between calls) made the tiled path 40x slower on 2 cores.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit, prange
+
+from gguf_loader.weight_tensor import WeightTensor
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.block_dot import NUM_LANES, ROWS_PER_GROUP, dot_group_into
+from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
+from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
+from kernels_numba.cpu.prefetch import prefetch_rows
+
+MAX_FUSED_TOKENS = 1  # measured: from 2 tokens on, decode-a-tile + BLAS beats re-running the fused dot
+TILE_BYTES = 512 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM
+PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
+
+_buffers = threading.local()
+
+
+@njit(cache=True, nogil=True, fastmath=SUM_FASTMATH)
+def matvec_groups_into(code, data, x, x_sums, out, first_group, stop_group, scratch, lanes):
+    """out[t, r] = dot(row r of `data`, x[t]) for the rows of groups first_group..stop_group-1."""
+    for group in range(first_group, stop_group):
+        first_row = group * ROWS_PER_GROUP
+        prefetch_rows(data, first_row + PREFETCH_ROWS_AHEAD, first_row + PREFETCH_ROWS_AHEAD + ROWS_PER_GROUP)
+        dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out)
+
+
+@njit(cache=True, parallel=True)
+def matvec_parallel_into(code, data, x, x_sums, out, chunks):
+    """matvec_groups_into over all row groups, split into `chunks` contiguous chunks across threads."""
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    groups_per_chunk = (num_groups + chunks - 1) // chunks
+    scratch_length = x.shape[1] if code in (qt.F32, qt.F16, qt.BF16) else 0
+    for chunk in prange(chunks):
+        scratch = np.empty(scratch_length, dtype=np.float32)
+        lanes = np.empty(NUM_LANES, dtype=np.float32)
+        first = chunk * groups_per_chunk
+        matvec_groups_into(code, data, x, x_sums, out, first, min(num_groups, first + groups_per_chunk),
+                           scratch, lanes)
+
+
+def _reused_buffer(name: str, num_values: int) -> np.ndarray:
+    """A per-thread float32 buffer of at least `num_values`, kept between calls."""
+    buffer = getattr(_buffers, name, None)
+    if buffer is None or buffer.size < num_values:
+        buffer = np.empty(num_values, dtype=np.float32)
+        setattr(_buffers, name, buffer)
+    return buffer[:num_values]
+
+
+def _block_sums(x: np.ndarray, code: int) -> np.ndarray:
+    """Sums of each run of 32 values of x (only the types with a per-block minimum use them)."""
+    if code not in qt.CODES_WITH_MIN:
+        return np.zeros((x.shape[0], 0), dtype=np.float32)
+    return x.reshape(x.shape[0], -1, 32).sum(axis=-1, dtype=np.float32)
+
+
+def _fused_matvec_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    x_sums = _block_sums(x, code)
+    num_groups = -(-data.shape[0] // ROWS_PER_GROUP)
+    if use_threads(data.shape[0] * x.shape[1]):
+        matvec_parallel_into(code, data, x, x_sums, out, num_chunks(num_groups))
+    else:
+        scratch = _reused_buffer("scratch", x.shape[1] if code in qt.CODES_DECODED_TO_SCRATCH else 0)
+        matvec_groups_into(code, data, x, x_sums, out, 0, num_groups, scratch, _reused_buffer("lanes", NUM_LANES))
+
+
+def _tiled_matmul_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    num_rows, row_length = data.shape[0], x.shape[1]
+    tile_rows = int(min(num_rows, max(16, TILE_BYTES // (4 * row_length))))
+    tile_buffer = _reused_buffer("tile", tile_rows * row_length)
+    for start in range(0, num_rows, tile_rows):
+        stop = min(start + tile_rows, num_rows)
+        tile = tile_buffer[:(stop - start) * row_length].reshape(stop - start, row_length)
+        decode_rows_into(code, data, np.arange(start, stop, dtype=np.int64), tile)
+        np.matmul(x, tile.T, out=out[:, start:stop])
+
+
+def _check_shapes(x: np.ndarray, w: WeightTensor, num_rows: int, out: np.ndarray | None) -> None:
+    if x.ndim != 2 or x.shape[1] != w.shape[-1]:
+        raise ValueError(f"linear {w.name!r}: x has shape {x.shape}, expected [n, {w.shape[-1]}]")
+    expected = (x.shape[0], num_rows)
+    if out is not None and (out.shape != expected or out.dtype != np.float32 or not out.flags.c_contiguous):
+        raise ValueError(f"linear {w.name!r}: out must be C-contiguous float32 {expected}")
+
+
+def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
+    """x: float32 [n, k], w: (m, k) -> float32 [n, m] = x @ W.T."""
+    code = qt.type_code_of(w)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    data = readonly_bytes(w)  # [m, bytes_per_row]; its shape is cheaper to read than w.num_rows
+    _check_shapes(x, w, data.shape[0], out)
+    if out is None:
+        out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
+    if code == qt.F32:
+        np.matmul(x, data.view(np.float32).T, out=out)
+    elif x.shape[0] <= MAX_FUSED_TOKENS:
+        _fused_matvec_into(code, data, x, out)
+    else:
+        _tiled_matmul_into(code, data, x, out)
+    return out

@@ -1,0 +1,324 @@
+"""Plain numpy version of every op: the oracle the fast backends are tested against.
+
+Every function here favours clarity over speed. Dequantization follows ggml's block layouts and does its float32
+arithmetic in the same order as ggml (and gguf-py), so it is bit-exact with them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+
+from gguf_loader.weight_tensor import WeightTensor
+from kernels_numba.errors import UnsupportedQuantType
+
+__all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
+           "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]
+
+QK_K = 256  # values per super-block of the k-quants
+LINEAR_ROWS_PER_TILE = 4096  # keeps the float64 temporaries of `linear` small for big matrices
+
+
+# ---------------------------------------------------------------- block decoders: uint8 [nb, type_size] -> f32 [nb, bs]
+
+def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The fp16 field at byte `offset` of every block, as float32 [nb, 1]."""
+    return np.ascontiguousarray(blocks[:, offset:offset + 2]).view(np.float16).astype(np.float32)
+
+
+def _nibbles_low_then_high(packed: np.ndarray) -> np.ndarray:
+    """[nb, n] bytes -> [nb, 2n] values: all low nibbles first, then all high nibbles (ggml's 32-value order)."""
+    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1)
+
+
+def _bits_of_u32(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """Bits 0..31 of the little-endian uint32 at `offset` as uint8 [nb, 32]."""
+    return np.unpackbits(blocks[:, offset:offset + 4], axis=-1, bitorder="little")
+
+
+def _decode_q4_0(blocks):
+    d = _f16_field(blocks, 0)
+    q = _nibbles_low_then_high(blocks[:, 2:18]).astype(np.int8) - np.int8(8)
+    return d * q.astype(np.float32)
+
+
+def _decode_q4_1(blocks):
+    d, m = _f16_field(blocks, 0), _f16_field(blocks, 2)
+    q = _nibbles_low_then_high(blocks[:, 4:20]).astype(np.float32)
+    return d * q + m
+
+
+def _decode_q5_0(blocks):
+    d = _f16_field(blocks, 0)
+    q = _nibbles_low_then_high(blocks[:, 6:22]) | (_bits_of_u32(blocks, 2) << 4)
+    return d * (q.astype(np.int8) - np.int8(16)).astype(np.float32)
+
+
+def _decode_q5_1(blocks):
+    d, m = _f16_field(blocks, 0), _f16_field(blocks, 2)
+    q = _nibbles_low_then_high(blocks[:, 8:24]) | (_bits_of_u32(blocks, 4) << 4)
+    return d * q.astype(np.float32) + m
+
+
+def _decode_q8_0(blocks):
+    d = _f16_field(blocks, 0)
+    return blocks[:, 2:34].view(np.int8).astype(np.float32) * d
+
+
+def _k_scales_and_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12 packed bytes of Q4_K/Q5_K -> (8 six-bit scales, 8 six-bit mins) as uint8 [nb, 8] each.
+
+    Bytes 0-3 hold scales 0-3 (low 6 bits), bytes 4-7 mins 0-3 (low 6 bits); bytes 8-11 hold the low 4 bits of
+    scales 4-7 (low nibble) and mins 4-7 (high nibble), whose top 2 bits sit in the top bits of bytes 0-3 / 4-7.
+    """
+    first, second, extra = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    scales = np.concatenate([first & 0x3F, (extra & 0x0F) | ((first >> 6) << 4)], axis=-1)
+    mins = np.concatenate([second & 0x3F, (extra >> 4) | ((second >> 6) << 4)], axis=-1)
+    return scales, mins
+
+
+def _k_quant_values(d, dmin, packed_scales, q):
+    """Sub-block scaled values of Q4_K/Q5_K: (d*scale) * q - (dmin*min), q: uint8 [nb, 8, 32]."""
+    scales, mins = _k_scales_and_mins(packed_scales)
+    scale = (d * scales.astype(np.float32))[:, :, None]
+    offset = (dmin * mins.astype(np.float32))[:, :, None]
+    return (scale * q.astype(np.float32) - offset).reshape(-1, QK_K)
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """128 bytes -> [nb, 8, 32]: sub-block 2c is the low nibbles of bytes 32c..32c+31, sub-block 2c+1 the high."""
+    chunks = qs.reshape(-1, 4, 1, 32)
+    return np.concatenate([chunks & 0x0F, chunks >> 4], axis=2).reshape(-1, 8, 32)
+
+
+def _decode_q4_k(blocks):
+    d, dmin = _f16_field(blocks, 0), _f16_field(blocks, 2)
+    return _k_quant_values(d, dmin, blocks[:, 4:16], _k_nibbles(blocks[:, 16:144]))
+
+
+def _decode_q5_k(blocks):
+    d, dmin = _f16_field(blocks, 0), _f16_field(blocks, 2)
+    high_bits = np.stack([(blocks[:, 16:48] >> i) & 1 for i in range(8)], axis=1)  # sub-block i uses bit i
+    q = _k_nibbles(blocks[:, 48:176]) | (high_bits << 4)
+    return _k_quant_values(d, dmin, blocks[:, 4:16], q)
+
+
+def _decode_q6_k(blocks):
+    low, high = blocks[:, 0:128], blocks[:, 128:192]
+    scales = blocks[:, 192:208].view(np.int8).astype(np.float32)
+    d = _f16_field(blocks, 208)
+    halves = []
+    for h in range(2):  # each half of 128 values uses 64 low bytes and 32 high bytes
+        lo = low[:, 64 * h:64 * h + 64]
+        hi = high[:, 32 * h:32 * h + 32]
+        low4 = np.concatenate([lo & 0x0F, lo >> 4], axis=-1)  # [nb, 128]
+        high2 = np.concatenate([(hi >> s) & 3 for s in (0, 2, 4, 6)], axis=-1)  # [nb, 128]
+        halves.append(low4 | (high2 << 4))
+    q = (np.concatenate(halves, axis=-1).astype(np.int8) - np.int8(32)).astype(np.float32)
+    scale = (d * scales)[:, :, None]  # one scale per 16 values
+    return (scale * q.reshape(-1, 16, 16)).reshape(-1, QK_K)
+
+
+_BLOCK_DECODERS = {
+    QT.Q4_0: _decode_q4_0, QT.Q4_1: _decode_q4_1, QT.Q5_0: _decode_q5_0, QT.Q5_1: _decode_q5_1,
+    QT.Q8_0: _decode_q8_0, QT.Q4_K: _decode_q4_k, QT.Q5_K: _decode_q5_k, QT.Q6_K: _decode_q6_k,
+}
+SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, *_BLOCK_DECODERS})
+
+
+def _decode_rows(ggml_type: QT, rows: np.ndarray, row_length: int) -> np.ndarray:
+    """uint8 [r, bytes_per_row] -> float32 [r, row_length]."""
+    if ggml_type == QT.F32:
+        return np.ascontiguousarray(rows).view(np.float32).copy()
+    if ggml_type == QT.F16:
+        return np.ascontiguousarray(rows).view(np.float16).astype(np.float32)
+    if ggml_type == QT.BF16:
+        return (np.ascontiguousarray(rows).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+    blocks = np.ascontiguousarray(rows).reshape(-1, type_size)
+    return _BLOCK_DECODERS[ggml_type](blocks).reshape(len(rows), row_length)
+
+
+def _into(result: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """`result` as float32, written into `out` when the caller passed one."""
+    if out is None:
+        return result.astype(np.float32, copy=False)
+    out[...] = result
+    return out
+
+
+def _check_supported(w: WeightTensor) -> None:
+    if w.ggml_type not in SUPPORTED_TYPES:
+        raise UnsupportedQuantType(w.type_name, w.name, "reference")
+
+
+# ---------------------------------------------------------------- weights
+
+def dequantize(w: WeightTensor) -> np.ndarray:
+    """All of `w` as float32 of shape w.shape."""
+    _check_supported(w)
+    return _decode_rows(w.ggml_type, w.data, w.row_length).reshape(w.shape)
+
+
+def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows `row_ids` of `w` as float32 [len(row_ids), row_length]."""
+    _check_supported(w)
+    row_ids = np.asarray(row_ids, dtype=np.int64).reshape(-1)
+    return _into(_decode_rows(w.ggml_type, w.data[row_ids], w.row_length), out)
+
+
+def embedding(token_ids: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
+    """Embedding rows of `token_ids`: float32 [n, dim]."""
+    return dequantize_rows(w, token_ids, out)
+
+
+def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
+    """y = x @ W.T with x: [n, k], W: [m, k] -> [n, m], accumulated in float64."""
+    _check_supported(w)
+    x64 = np.asarray(x, dtype=np.float64)
+    num_rows = w.num_rows
+    if out is None:
+        out = np.empty((x64.shape[0], num_rows), dtype=np.float32)
+    for start in range(0, num_rows, LINEAR_ROWS_PER_TILE):
+        stop = min(start + LINEAR_ROWS_PER_TILE, num_rows)
+        tile = _decode_rows(w.ggml_type, w.data[start:stop], w.row_length).astype(np.float64)
+        out[:, start:stop] = x64 @ tile.T
+    return out
+
+
+# ---------------------------------------------------------------- normalisation and activations
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float, out: np.ndarray | None = None) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis."""
+    x64 = np.asarray(x, dtype=np.float64)
+    inv_rms = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return _into(x64 * inv_rms * np.asarray(weight, dtype=np.float64), out)
+
+
+def _silu64(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: silu -> -0
+        return x64 / (1.0 + np.exp(-x64))
+
+
+def silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x * sigmoid(x)."""
+    return _into(_silu64(x), out)
+
+
+GELU_SQRT_2_OVER_PI = 0.7978845608028654
+GELU_COEF_A = 0.044715
+
+
+def _gelu_tanh64(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    inner = GELU_SQRT_2_OVER_PI * x64 * (1.0 + GELU_COEF_A * x64 * x64)
+    return 0.5 * x64 * (1.0 + np.tanh(inner))
+
+
+def gelu_tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """GELU with ggml's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))."""
+    return _into(_gelu_tanh64(x), out)
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """silu(gate) * up (SwiGLU feed-forward)."""
+    return _into(_silu64(gate) * np.asarray(up, dtype=np.float64), out)
+
+
+def gelu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """gelu_tanh(gate) * up (GeGLU feed-forward, Gemma)."""
+    return _into(_gelu_tanh64(gate) * np.asarray(up, dtype=np.float64), out)
+
+
+def softcap(x: np.ndarray, cap: float, out: np.ndarray | None = None) -> np.ndarray:
+    """cap * tanh(x / cap)."""
+    return _into(cap * np.tanh(np.asarray(x, dtype=np.float64) / cap), out)
+
+
+# ---------------------------------------------------------------- rotary position embedding
+
+def rope_angles(positions: np.ndarray, head_dim: int, theta: float, freq_scale: float = 1.0,
+                freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """Rotation angle of pair i at each position: pos * freq_scale * theta^(-2i/head_dim) / freq_factors[i]."""
+    pair_ids = np.arange(head_dim // 2, dtype=np.float64)
+    inv_freq = float(theta) ** (-2.0 * pair_ids / head_dim)
+    if freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)
+    return np.asarray(positions, dtype=np.float64)[:, None] * freq_scale * inv_freq[None, :]
+
+
+def rope(x: np.ndarray, positions: np.ndarray, theta: float, is_neox: bool, freq_scale: float = 1.0,
+         freq_factors: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Rotate x: [n, heads, head_dim] by position; neox pairs (i, i + head_dim/2), normal pairs (2i, 2i+1)."""
+    head_dim = x.shape[-1]
+    angles = rope_angles(positions, head_dim, theta, freq_scale, freq_factors)[:, None, :]  # [n, 1, half]
+    cos, sin = np.cos(angles), np.sin(angles)
+    x64 = np.asarray(x, dtype=np.float64)
+    if is_neox:
+        first, second = x64[..., :head_dim // 2], x64[..., head_dim // 2:]
+    else:
+        first, second = x64[..., 0::2], x64[..., 1::2]
+    rotated = np.empty_like(x64)  # written pair by pair, so `out` may alias x
+    if is_neox:
+        rotated[..., :head_dim // 2] = first * cos - second * sin
+        rotated[..., head_dim // 2:] = first * sin + second * cos
+    else:
+        rotated[..., 0::2] = first * cos - second * sin
+        rotated[..., 1::2] = first * sin + second * cos
+    return _into(rotated, out)
+
+
+# ---------------------------------------------------------------- paged KV cache and attention
+
+def store_kv(k: np.ndarray, v: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+             slot_mapping: np.ndarray) -> None:
+    """Write token i of k/v: [n, kv_heads, head_dim] into cache slot slot_mapping[i] (-1: skip)."""
+    block_size = k_cache.shape[1]
+    for i, slot in enumerate(np.asarray(slot_mapping)):
+        if slot < 0:
+            continue
+        k_cache[slot // block_size, slot % block_size] = k[i]
+        v_cache[slot // block_size, slot % block_size] = v[i]
+
+
+def _gather_sequence_kv(cache: np.ndarray, block_table: np.ndarray, num_tokens: int) -> np.ndarray:
+    """Tokens 0..num_tokens-1 of one sequence from the paged cache: [num_tokens, kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    positions = np.arange(num_tokens)
+    return cache[block_table[positions // block_size], positions % block_size]
+
+
+def is_visible(query_pos: np.ndarray, key_pos: np.ndarray, sliding_window: int) -> np.ndarray:
+    """Causal mask plus llama.cpp's standard SWA: masked when query_pos - key_pos >= sliding_window."""
+    visible = key_pos <= query_pos
+    if sliding_window > 0:
+        visible &= (query_pos - key_pos) < sliding_window
+    return visible
+
+
+def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray,
+                    context_lens: np.ndarray, query_start_loc: np.ndarray, scale: float,
+                    sliding_window: int = 0, softcap: float = 0.0, out: np.ndarray | None = None) -> np.ndarray:
+    """Causal (optionally sliding-window, soft-capped) attention of q: [n, heads, head_dim] over a paged cache."""
+    num_heads = q.shape[1]
+    group_size = num_heads // k_cache.shape[2]
+    result = np.zeros(q.shape, dtype=np.float64)
+    for seq in range(len(context_lens)):
+        first, last = int(query_start_loc[seq]), int(query_start_loc[seq + 1])
+        if last == first:
+            continue
+        num_ctx = int(context_lens[seq])
+        keys = _gather_sequence_kv(k_cache, block_tables[seq], num_ctx).astype(np.float64)
+        values = _gather_sequence_kv(v_cache, block_tables[seq], num_ctx).astype(np.float64)
+        query_pos = np.arange(num_ctx - (last - first), num_ctx)[:, None]
+        visible = is_visible(query_pos, np.arange(num_ctx)[None, :], sliding_window)  # [nq, ctx]
+        for head in range(num_heads):
+            kv_head = head // group_size
+            scores = q[first:last, head].astype(np.float64) @ keys[:, kv_head].T * scale
+            if softcap > 0.0:
+                scores = softcap * np.tanh(scores / softcap)
+            scores = np.where(visible, scores, -np.inf)
+            weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            weights /= weights.sum(axis=-1, keepdims=True)
+            result[first:last, head] = weights @ values[:, kv_head]
+    return _into(result, out)

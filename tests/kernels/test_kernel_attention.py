@@ -1,0 +1,108 @@
+import numpy as np
+import pytest
+
+from kernels_numba import get_ops
+
+cpu, reference = get_ops("cpu"), get_ops("reference")
+BACKENDS = ("reference", "cpu")
+
+
+def make_paged_batch(rng, context_lens, query_lens, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4):
+    """Random keys/values for whole sequences stored through store_kv into shuffled blocks, plus queries."""
+    blocks_per_seq = [-(-n // block_size) for n in context_lens]
+    block_ids = rng.permutation(sum(blocks_per_seq) + 3)  # spare blocks stay unused
+    block_tables = np.full((len(context_lens), max(blocks_per_seq)), -1, np.int32)
+    start = 0
+    for s, count in enumerate(blocks_per_seq):
+        block_tables[s, :count] = block_ids[start:start + count]
+        start += count
+    cache_shape = (len(block_ids), block_size, num_kv_heads, head_dim)
+    k_cache, v_cache = np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32)
+    for s, num_tokens in enumerate(context_lens):
+        positions = np.arange(num_tokens)
+        slots = block_tables[s, positions // block_size].astype(np.int64) * block_size + positions % block_size
+        keys = rng.standard_normal((num_tokens, num_kv_heads, head_dim)).astype(np.float32)
+        values = rng.standard_normal((num_tokens, num_kv_heads, head_dim)).astype(np.float32)
+        cpu.store_kv(keys, values, k_cache, v_cache, slots)
+    query_start_loc = np.concatenate([[0], np.cumsum(query_lens)]).astype(np.int32)
+    q = rng.standard_normal((int(query_start_loc[-1]), num_heads, head_dim)).astype(np.float32)
+    return q, k_cache, v_cache, block_tables, np.array(context_lens, np.int32), query_start_loc
+
+
+def dense_attention(q, keys, values, query_positions, scale, visible):
+    """Plain attention of one sequence: q [nq, H, D], keys/values [ctx, KVH, D], visible(qpos, kpos)."""
+    group = q.shape[1] // keys.shape[1]
+    out = np.zeros(q.shape)
+    for i, pos in enumerate(query_positions):
+        for h in range(q.shape[1]):
+            scores = keys[:, h // group] @ q[i, h] * scale
+            mask = np.array([visible(pos, k) for k in range(len(keys))])
+            weights = np.exp(scores - scores[mask].max()) * mask
+            out[i, h] = weights @ values[:, h // group] / weights.sum()
+    return out
+
+
+@pytest.mark.parametrize("sliding_window", [0, 3])
+@pytest.mark.parametrize("softcap", [0.0, 5.0])
+def test_paged_attention_cpu_matches_reference_on_a_mixed_batch(sliding_window, softcap, threading_mode):
+    rng = np.random.default_rng(sliding_window * 10 + int(softcap))
+    # a prefill of a fresh sequence, a chunked prefill, two decodes, and a sequence with no queries this step
+    batch = make_paged_batch(rng, context_lens=[7, 13, 9, 1, 5], query_lens=[7, 5, 1, 1, 0])
+    args = (*batch, 0.125, sliding_window, softcap)
+    expected = reference.paged_attention(*args)
+    got = cpu.paged_attention(*args)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("sliding_window", [0, 1, 2, 5])
+def test_paged_attention_is_causal_with_llama_cpp_sliding_window(backend, sliding_window):
+    rng = np.random.default_rng(1)
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc = make_paged_batch(
+        rng, context_lens=[6], query_lens=[4], num_heads=2, num_kv_heads=1, head_dim=8, block_size=2)
+    positions = np.arange(6)
+    keys = k_cache[block_tables[0, positions // 2], positions % 2]
+    values = v_cache[block_tables[0, positions // 2], positions % 2]
+
+    def visible(query_pos, key_pos):  # llama.cpp is_masked_swa: masked when query_pos - key_pos >= n_swa
+        return key_pos <= query_pos and (sliding_window == 0 or query_pos - key_pos < sliding_window)
+
+    expected = dense_attention(q, keys, values, [2, 3, 4, 5], 0.3, visible)
+    got = get_ops(backend).paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start_loc,
+                                           0.3, sliding_window, 0.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_window_of_one_sees_only_itself():
+    rng = np.random.default_rng(2)
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc = make_paged_batch(
+        rng, context_lens=[5], query_lens=[1], num_heads=1, num_kv_heads=1, head_dim=4, block_size=2)
+    got = cpu.paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, 1.0, 1, 0.0)
+    np.testing.assert_allclose(got[0, 0], v_cache[block_tables[0, 2], 0, 0], rtol=1e-6)
+
+
+def test_softmax_is_stable_for_huge_scores():
+    rng = np.random.default_rng(3)
+    batch = make_paged_batch(rng, context_lens=[8], query_lens=[2])
+    got = cpu.paged_attention(*batch, 1e4, 0, 0.0)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, reference.paged_attention(*batch, 1e4, 0, 0.0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_store_kv_writes_slots_and_skips_padding(backend):
+    k = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)
+    v = -k
+    k_cache, v_cache = np.zeros((3, 2, 2, 4), np.float32), np.zeros((3, 2, 2, 4), np.float32)
+    get_ops(backend).store_kv(k, v, k_cache, v_cache, np.array([5, -1, 0]))
+    np.testing.assert_array_equal(k_cache[2, 1], k[0])
+    np.testing.assert_array_equal(v_cache[2, 1], v[0])
+    np.testing.assert_array_equal(k_cache[0, 0], k[2])
+    assert np.count_nonzero(k_cache) == np.count_nonzero(k[0]) + np.count_nonzero(k[2])
+
+
+def test_paged_attention_rejects_inconsistent_metadata():
+    rng = np.random.default_rng(4)
+    q, k_cache, v_cache, block_tables, context_lens, _ = make_paged_batch(rng, context_lens=[4], query_lens=[2])
+    with pytest.raises(ValueError, match="query_start_loc"):
+        cpu.paged_attention(q, k_cache, v_cache, block_tables, context_lens, np.array([0, 1], np.int32), 1.0)
