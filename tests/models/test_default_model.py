@@ -1,8 +1,10 @@
-"""The embedded default model (Gemma 3 270M Q4_K_M) against llama.cpp's greedy outputs (committed golden).
+"""The embedded default model (Gemma 3 270M Q4_K_M) against two oracles (committed goldens).
 
-llama.cpp rounds activations to 8 bits inside its quantized mat-vecs and keeps the KV cache in fp16, so its
-logits differ from our fp32 math by a few tenths on this model: greedy paths are compared up to the first
-near-tie (llama.cpp's top-2 gap below NEAR_TIE), logits with a tolerance.
+- HF transformers, which dequantizes the same GGUF and runs exact fp32 PyTorch: logits agree to ~1e-4.
+- llama.cpp, which rounds activations to 8 bits inside its quantized mat-vecs and keeps an fp16 KV cache. On this
+  model (Gemma's residual stream has large outliers, which 8-bit blocks resolve coarsely) its logits sit 0.3-2.2
+  away from exact math (median ~0.45; transformers is the same distance away), so greedy paths are compared up to
+  llama.cpp's first near-tie (top-2 gap below NEAR_TIE) and logits with a tolerance sized to that noise.
 """
 import gzip
 import json
@@ -17,10 +19,12 @@ from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.registry import resolve_model
 from pocketcli.sampling_params import SamplingParams
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "gemma3_270m_greedy.json.gz"
-NEAR_TIE = 0.25
-LOGIT_ATOL = 1.0  # measured max |ours - llama.cpp| over the golden top-20s is reported by the test output
-RECORDS = json.loads(gzip.decompress(GOLDEN.read_bytes()))["records"]
+GOLDEN_DIR = Path(__file__).parent.parent / "golden"
+RECORDS = json.loads(gzip.decompress((GOLDEN_DIR / "gemma3_270m_greedy.json.gz").read_bytes()))["records"]
+HF_GOLDEN = np.load(GOLDEN_DIR / "gemma3_270m_hf_logits.npz")
+NEAR_TIE = 0.5  # llama.cpp's own top-2 gap below which its 8-bit noise may flip the argmax on this model
+LLAMACPP_LOGIT_ATOL = 2.5  # measured max |exact - llama.cpp| over the golden top-20s: 2.2 (russian)
+HF_LOGIT_ATOL = 2e-3  # measured max |ours - transformers|: ~1e-4
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +64,18 @@ def test_logits_along_golden_path(engine, record):
     ours = np.take_along_axis(logits, top_ids, axis=1)
     max_error = float(np.abs(ours - top_logits).max())
     print(f"{record['name']}: max |logit error| over top-20 = {max_error:.3f}")
-    assert max_error < LOGIT_ATOL
+    assert max_error < LLAMACPP_LOGIT_ATOL
     clear = np.asarray(record["top1_gap"]) >= NEAR_TIE
     assert np.array_equal(logits.argmax(-1)[clear], top_ids[clear, 0])
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r["name"] for r in RECORDS])
+def test_logits_match_transformers(engine, record):
+    """Exact-math oracle: our logits equal transformers' on the same GGUF, top-20 at every position."""
+    prompt = record["prompt_ids"]
+    top_ids = HF_GOLDEN[f"{record['name']}/top_ids"]
+    expected = HF_GOLDEN[f"{record['name']}/top_logits"]
+    path = prompt + record["generated_ids"][:len(top_ids) - 1]
+    logits = engine.score(path, first_position=len(prompt) - 1)
+    np.testing.assert_allclose(np.take_along_axis(logits, top_ids, axis=1), expected, atol=HF_LOGIT_ATOL, rtol=0)
+    assert np.array_equal(logits.argmax(-1), top_ids[:, 0])
