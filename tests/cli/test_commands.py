@@ -70,3 +70,17 @@ def test_info_describes_default_model(capsys):
     assert code == 0 and info["architecture"] == "gemma3" and info["layers"] == 18
     assert info["tensor_types"] == {"F32": 109, "Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9}
     assert info["context_length"] == 32768 and info["chat_template"].startswith("built-in")
+
+
+def test_bench_json_reports_pp_tg_and_rss(capsys):
+    code, out, _ = run_cli(capsys, "bench", "-p", "16", "-n", "4", "-r", "2", "--json")
+    report = json.loads(out)
+    assert code == 0 and [r["test"] for r in report["results"]] == ["pp16", "tg4"]
+    for result in report["results"]:
+        assert len(result["seconds"]) == 2 and result["tokens_per_second_mean"] > 0
+    assert report["peak_rss_mib"] > 100
+
+
+def test_bench_rejects_bad_sizes(capsys):
+    code, _, err = run_cli(capsys, "bench", "-r", "0")
+    assert code == 2 and err.startswith("error:")

@@ -1,0 +1,46 @@
+"""`pocket bench`: llama-bench-style prompt (pp) and generation (tg) speed, mean ± stdev, peak RSS."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numba
+
+from ..engine.benchmark import peak_rss_bytes, run_benchmark
+from .common import add_engine_arguments, add_model_argument, make_engine
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="measure prompt and generation speed")
+    add_model_argument(p)
+    add_engine_arguments(p)
+    p.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens for the pp test (0 = skip)")
+    p.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens for the tg test (0 = skip)")
+    p.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions per test")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
+        raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
+    args.ctx_size = max(args.ctx_size, args.n_prompt + args.n_gen + 8)
+    engine = make_engine(args)
+    results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
+    rss_mib = peak_rss_bytes() / 2**20
+    threads = numba.get_num_threads()
+    model_file = engine.model_file
+    if args.json:
+        print(json.dumps({"model": model_file.path, "backend": engine.config.backend, "threads": threads,
+                          "results": [r.as_dict() for r in results], "peak_rss_mib": round(rss_mib, 1)}))
+        return 0
+    name = model_file.metadata.get("general.name", model_file.path)
+    size_mib = model_file.file_size / 2**20
+    print(f"| {'model':<24} | {'size':>9} | {'backend':>7} | {'threads':>7} | {'test':>6} | {'t/s':>16} |")
+    print(f"| {'-' * 24} | {'-' * 8}: | {'-' * 6}: | {'-' * 6}: | {'-' * 5}: | {'-' * 15}: |")
+    for r in results:
+        rate = f"{r.mean:.2f} ± {r.stdev:.2f}"
+        print(f"| {name[:24]:<24} | {size_mib:>5.1f} MiB | {engine.config.backend:>7} | {threads:>7} | "
+              f"{r.test:>6} | {rate:>16} |")
+    print(f"peak RSS: {rss_mib:.1f} MiB")
+    return 0
