@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..engine.generation import stream_generate
+from ..errors import UsageError
 from ..sampling_params import SamplingParams
 from ..tokenizer import make_chat_template
 from .common import add_engine_arguments, add_model_argument, make_engine, read_prompt
@@ -29,6 +30,8 @@ def add_parser(subparsers) -> None:
     add_engine_arguments(p)
     p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     p.add_argument("--system", default=None, help="system message (with --chat)")
+    p.add_argument("--messages", default=None, metavar="FILE",
+                   help="JSON file with a list of {role, content} messages, rendered with the chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(run=run)
 
@@ -39,12 +42,35 @@ def make_sampling_params(args: argparse.Namespace) -> SamplingParams:
                           stop=list(args.stop), ignore_eos=args.ignore_eos)
 
 
-def encode_prompt(engine, args: argparse.Namespace, prompt: str) -> list[int]:
-    tokenizer = engine.tokenizer
+def read_messages(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            messages = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read messages file {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"messages file {path} is not valid JSON: {exc}") from None
+    if not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages)):
+        raise UsageError(f"messages file {path} must hold a non-empty list of {{\"role\", \"content\"}} objects")
+    return messages
+
+
+def chat_messages(args: argparse.Namespace, prompt: str | None) -> list[dict] | None:
+    if args.messages:
+        return read_messages(args.messages)
     if not args.chat:
-        return tokenizer.encode(prompt, add_special=True, parse_special=True)
+        return None
     messages = ([{"role": "system", "content": args.system}] if args.system else [])
-    messages.append({"role": "user", "content": prompt})
+    return messages + [{"role": "user", "content": prompt}]
+
+
+def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[int]:
+    tokenizer = engine.tokenizer
+    messages = chat_messages(args, prompt)
+    if messages is None:
+        return tokenizer.encode(prompt, add_special=True, parse_special=True)
     template = make_chat_template(engine.model_file.metadata, engine.hparams.arch)
     text = template.render(messages, add_generation_prompt=True)
     # templates usually write BOS themselves; never add a second one
@@ -55,7 +81,7 @@ def encode_prompt(engine, args: argparse.Namespace, prompt: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     params = make_sampling_params(args)
-    prompt = read_prompt(args)
+    prompt = None if args.messages else read_prompt(args)
     load_started = time.perf_counter()
     engine = make_engine(args)
     load_seconds = time.perf_counter() - load_started

@@ -84,3 +84,18 @@ def test_bench_json_reports_pp_tg_and_rss(capsys):
 def test_bench_rejects_bad_sizes(capsys):
     code, _, err = run_cli(capsys, "bench", "-r", "0")
     assert code == 2 and err.startswith("error:")
+
+
+def test_messages_file_uses_chat_template(capsys, tmp_path):
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]))
+    code, out, _ = run_cli(capsys, "generate", "--messages", str(path), "-n", "2", "--temperature", "0", "--json")
+    assert code == 0 and json.loads(out)["prompt_tokens"] > 10
+
+
+@pytest.mark.parametrize("content", ["not json", "[]", '[{"role": "user"}]'])
+def test_bad_messages_file_is_one_line_error(capsys, tmp_path, content):
+    path = tmp_path / "messages.json"
+    path.write_text(content)
+    code, _, err = run_cli(capsys, "generate", "--messages", str(path), "-n", "2")
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1
