@@ -34,3 +34,12 @@ def clear_stale_numba_cache(package_dir: Path) -> None:
         stamp.write_text(digest)
     except OSError:  # read-only install: numba then falls back to its own cache location
         pass
+
+
+def has_compiled_cache(package_dir: Path) -> bool:
+    """True when compiled kernels for the current sources are on disk (the next run starts fast)."""
+    cache_dir = package_dir / "__pycache__"
+    try:
+        return (cache_dir / _STAMP_NAME).read_text() == sources_digest(package_dir) and any(cache_dir.glob("*.nbi"))
+    except OSError:
+        return False
