@@ -24,7 +24,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
         raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
-    args.ctx_size = max(args.ctx_size, args.n_prompt + args.n_gen + 8)
+    # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
+    args.ctx_size = args.n_prompt + args.n_gen + 16
     engine = make_engine(args)
     results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
     rss_mib = peak_rss_bytes() / 2**20
