@@ -1,7 +1,7 @@
 """Plain numpy version of every op: the oracle the fast backends are tested against.
 
-Every function here favours clarity over speed. Dequantization follows ggml's block layouts and does its float32
-arithmetic in the same order as ggml (and gguf-py), so it is bit-exact with them.
+Every function here favours clarity over speed. Dequantization decodes ggml's blocks with reference_blocks, whose
+float32 arithmetic runs in the same order as ggml (and gguf-py), so it is bit-exact with them.
 """
 from __future__ import annotations
 
@@ -10,119 +10,13 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.errors import UnsupportedQuantType
+from kernels_numba.reference_blocks import BLOCK_DECODERS
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]
 
-QK_K = 256  # values per super-block of the k-quants
 LINEAR_ROWS_PER_TILE = 4096  # keeps the float64 temporaries of `linear` small for big matrices
-
-
-# ---------------------------------------------------------------- block decoders: uint8 [nb, type_size] -> f32 [nb, bs]
-
-def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
-    """The fp16 field at byte `offset` of every block, as float32 [nb, 1]."""
-    return np.ascontiguousarray(blocks[:, offset:offset + 2]).view(np.float16).astype(np.float32)
-
-
-def _nibbles_low_then_high(packed: np.ndarray) -> np.ndarray:
-    """[nb, n] bytes -> [nb, 2n] values: all low nibbles first, then all high nibbles (ggml's 32-value order)."""
-    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1)
-
-
-def _bits_of_u32(blocks: np.ndarray, offset: int) -> np.ndarray:
-    """Bits 0..31 of the little-endian uint32 at `offset` as uint8 [nb, 32]."""
-    return np.unpackbits(blocks[:, offset:offset + 4], axis=-1, bitorder="little")
-
-
-def _decode_q4_0(blocks):
-    d = _f16_field(blocks, 0)
-    q = _nibbles_low_then_high(blocks[:, 2:18]).astype(np.int8) - np.int8(8)
-    return d * q.astype(np.float32)
-
-
-def _decode_q4_1(blocks):
-    d, m = _f16_field(blocks, 0), _f16_field(blocks, 2)
-    q = _nibbles_low_then_high(blocks[:, 4:20]).astype(np.float32)
-    return d * q + m
-
-
-def _decode_q5_0(blocks):
-    d = _f16_field(blocks, 0)
-    q = _nibbles_low_then_high(blocks[:, 6:22]) | (_bits_of_u32(blocks, 2) << 4)
-    return d * (q.astype(np.int8) - np.int8(16)).astype(np.float32)
-
-
-def _decode_q5_1(blocks):
-    d, m = _f16_field(blocks, 0), _f16_field(blocks, 2)
-    q = _nibbles_low_then_high(blocks[:, 8:24]) | (_bits_of_u32(blocks, 4) << 4)
-    return d * q.astype(np.float32) + m
-
-
-def _decode_q8_0(blocks):
-    d = _f16_field(blocks, 0)
-    return blocks[:, 2:34].view(np.int8).astype(np.float32) * d
-
-
-def _k_scales_and_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 12 packed bytes of Q4_K/Q5_K -> (8 six-bit scales, 8 six-bit mins) as uint8 [nb, 8] each.
-
-    Bytes 0-3 hold scales 0-3 (low 6 bits), bytes 4-7 mins 0-3 (low 6 bits); bytes 8-11 hold the low 4 bits of
-    scales 4-7 (low nibble) and mins 4-7 (high nibble), whose top 2 bits sit in the top bits of bytes 0-3 / 4-7.
-    """
-    first, second, extra = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
-    scales = np.concatenate([first & 0x3F, (extra & 0x0F) | ((first >> 6) << 4)], axis=-1)
-    mins = np.concatenate([second & 0x3F, (extra >> 4) | ((second >> 6) << 4)], axis=-1)
-    return scales, mins
-
-
-def _k_quant_values(d, dmin, packed_scales, q):
-    """Sub-block scaled values of Q4_K/Q5_K: (d*scale) * q - (dmin*min), q: uint8 [nb, 8, 32]."""
-    scales, mins = _k_scales_and_mins(packed_scales)
-    scale = (d * scales.astype(np.float32))[:, :, None]
-    offset = (dmin * mins.astype(np.float32))[:, :, None]
-    return (scale * q.astype(np.float32) - offset).reshape(-1, QK_K)
-
-
-def _k_nibbles(qs: np.ndarray) -> np.ndarray:
-    """128 bytes -> [nb, 8, 32]: sub-block 2c is the low nibbles of bytes 32c..32c+31, sub-block 2c+1 the high."""
-    chunks = qs.reshape(-1, 4, 1, 32)
-    return np.concatenate([chunks & 0x0F, chunks >> 4], axis=2).reshape(-1, 8, 32)
-
-
-def _decode_q4_k(blocks):
-    d, dmin = _f16_field(blocks, 0), _f16_field(blocks, 2)
-    return _k_quant_values(d, dmin, blocks[:, 4:16], _k_nibbles(blocks[:, 16:144]))
-
-
-def _decode_q5_k(blocks):
-    d, dmin = _f16_field(blocks, 0), _f16_field(blocks, 2)
-    high_bits = np.stack([(blocks[:, 16:48] >> i) & 1 for i in range(8)], axis=1)  # sub-block i uses bit i
-    q = _k_nibbles(blocks[:, 48:176]) | (high_bits << 4)
-    return _k_quant_values(d, dmin, blocks[:, 4:16], q)
-
-
-def _decode_q6_k(blocks):
-    low, high = blocks[:, 0:128], blocks[:, 128:192]
-    scales = blocks[:, 192:208].view(np.int8).astype(np.float32)
-    d = _f16_field(blocks, 208)
-    halves = []
-    for h in range(2):  # each half of 128 values uses 64 low bytes and 32 high bytes
-        lo = low[:, 64 * h:64 * h + 64]
-        hi = high[:, 32 * h:32 * h + 32]
-        low4 = np.concatenate([lo & 0x0F, lo >> 4], axis=-1)  # [nb, 128]
-        high2 = np.concatenate([(hi >> s) & 3 for s in (0, 2, 4, 6)], axis=-1)  # [nb, 128]
-        halves.append(low4 | (high2 << 4))
-    q = (np.concatenate(halves, axis=-1).astype(np.int8) - np.int8(32)).astype(np.float32)
-    scale = (d * scales)[:, :, None]  # one scale per 16 values
-    return (scale * q.reshape(-1, 16, 16)).reshape(-1, QK_K)
-
-
-_BLOCK_DECODERS = {
-    QT.Q4_0: _decode_q4_0, QT.Q4_1: _decode_q4_1, QT.Q5_0: _decode_q5_0, QT.Q5_1: _decode_q5_1,
-    QT.Q8_0: _decode_q8_0, QT.Q4_K: _decode_q4_k, QT.Q5_K: _decode_q5_k, QT.Q6_K: _decode_q6_k,
-}
-SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, *_BLOCK_DECODERS})
+SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, *BLOCK_DECODERS})
 
 
 def _decode_rows(ggml_type: QT, rows: np.ndarray, row_length: int) -> np.ndarray:
@@ -135,7 +29,7 @@ def _decode_rows(ggml_type: QT, rows: np.ndarray, row_length: int) -> np.ndarray
         return (np.ascontiguousarray(rows).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     block_size, type_size = GGML_QUANT_SIZES[ggml_type]
     blocks = np.ascontiguousarray(rows).reshape(-1, type_size)
-    return _BLOCK_DECODERS[ggml_type](blocks).reshape(len(rows), row_length)
+    return BLOCK_DECODERS[ggml_type](blocks).reshape(len(rows), row_length)
 
 
 def _into(result: np.ndarray, out: np.ndarray | None) -> np.ndarray:

@@ -1,12 +1,12 @@
 """Exact decoding of one row of ggml blocks into float32, per type (numba, no fastmath: bit-exact with ggml).
 
 Each `decode_<type>(row, out)` takes the raw uint8 bytes of one row and writes its len(out) values. The float32
-operations happen in ggml's order, so results match gguf-py's dequantize bit for bit.
+operations happen in ggml's order, so results match gguf-py's dequantize bit for bit. The i-quants live in
+iq_decode; row_decode dispatches on the type code.
 """
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.half import bits_to_float32, read_half
 
 
@@ -166,27 +166,43 @@ def decode_q6_k(row, out):  # super-block: 128 low-nibble bytes | 64 high-2-bit 
 
 
 @njit(cache=True)
-def decode_row(code, row, out):
-    """Decode one row of type `code` (quant_type code) into float32 `out`."""
-    if code == qt.Q8_0:
-        decode_q8_0(row, out)
-    elif code == qt.Q4_K:
-        decode_k_quant(row, out, 144, -1, 16)
-    elif code == qt.Q6_K:
-        decode_q6_k(row, out)
-    elif code == qt.Q5_0:
-        decode_q5_0(row, out)
-    elif code == qt.Q4_0:
-        decode_q4_0(row, out)
-    elif code == qt.Q4_1:
-        decode_q4_1(row, out)
-    elif code == qt.Q5_1:
-        decode_q5_1(row, out)
-    elif code == qt.Q5_K:
-        decode_k_quant(row, out, 176, 16, 48)
-    elif code == qt.F16:
-        decode_f16(row, out)
-    elif code == qt.BF16:
-        decode_bf16(row, out)
-    elif code == qt.F32:
-        decode_f32(row, out)
+def decode_q2_k(row, out):  # super-block: 16 bytes (scale | min << 4 per 16 values) | 64 quant bytes | d | dmin
+    run = run_length(row, out, 84, 16)  # 16 values share a scale and a min
+    for sb in range(out.size // 256):
+        base, first = 84 * sb, 256 * sb
+        d, dmin = read_half(row, base + 80), read_half(row, base + 82)
+        for sub in range(16):  # value 128h + 32s + l is bits 2s, 2s+1 of quant byte 32h + l
+            packed = np.int32(row[base + sub])
+            d_scale, m_offset = d * np.float32(packed & 15), dmin * np.float32(packed >> 4)
+            quants, shift = base + 16 + 32 * (sub // 8) + 16 * (sub % 2), 2 * ((sub // 2) % 4)
+            for j in range(run):
+                q = (np.int32(row[quants + j]) >> shift) & 3
+                out[first + 16 * sub + j] = d_scale * np.float32(q) - m_offset
+
+
+@njit(cache=True)
+def q3_k_scale(row, offset, sub):
+    """Signed six-bit scale of 16-value sub-block 0..15 from the 12 packed bytes at `offset` (Q3_K).
+
+    Low 4 bits: byte sub % 8 (low nibble for sub < 8, high after); high 2 bits: bits 2*(sub // 4) of byte
+    8 + sub % 4; stored plus 32.
+    """
+    low = (np.int32(row[offset + sub % 8]) >> (4 * (sub // 8))) & 15
+    high = (np.int32(row[offset + 8 + sub % 4]) >> (2 * (sub // 4))) & 3
+    return (low | (high << 4)) - 32
+
+
+@njit(cache=True)
+def decode_q3_k(row, out):  # super-block: 32 high-bit bytes | 64 low-2-bit bytes | 12 scale bytes | d f16
+    run = run_length(row, out, 110, 16)  # 16 values share a scale
+    for sb in range(out.size // 256):
+        base, first = 110 * sb, 256 * sb
+        d = read_half(row, base + 108)
+        for sub in range(16):  # value i: low bits as in Q2_K, high bit i // 32 of byte i % 32 (clear: minus 4)
+            d_scale = d * np.float32(q3_k_scale(row, base + 96, sub))
+            lane = 16 * (sub % 2)
+            quants, shift, plane = base + 32 + 32 * (sub // 8) + lane, 2 * ((sub // 2) % 4), sub // 2
+            for j in range(run):
+                low = (np.int32(row[quants + j]) >> shift) & 3
+                high = (np.int32(row[base + lane + j]) >> plane) & 1
+                out[first + 16 * sub + j] = d_scale * np.float32((low | (high << 2)) - 4)

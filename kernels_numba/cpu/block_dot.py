@@ -4,8 +4,9 @@ Each weight byte is read once and becomes float32 in registers. The loops have t
 `lanes[j] += scale * q[j] * x[j]` over one block (a small fixed lane array, reduced once per row): the lane
 store keeps LLVM from vectorising across blocks with gathers, and the fully unrolled block becomes SIMD loads,
 converts and FMAs. For types with a per-block minimum, `min * sum(x)` uses `x_sums` (sums of each run of 32
-values of x), one scalar per sub-block. Q8_0 and Q5_0/Q5_1 (most of the default model's bytes) advance four
-rows together so their accumulator chains overlap and share the loads of x.
+values of x, 16 for Q2_K), one scalar per sub-block. Q8_0 and Q5_0/Q5_1 (most of the default model's bytes)
+advance four rows together so their accumulator chains overlap and share the loads of x. row_dot dispatches
+to these kernels and to the i-quant ones (iq_dot).
 
 Two codegen rules, both measured: quant arithmetic is kept in int32 (`I32(...)`; numba widens integer ops to
 int64, which halves the SIMD width), and kernels taking layout parameters are inlined (`inline="always"`) into
@@ -14,8 +15,7 @@ callers that pass constants, so LLVM sees constant offsets and emits contiguous 
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_decode import decode_row, k_scale_and_min, read_u32
+from kernels_numba.cpu.block_decode import k_scale_and_min, q3_k_scale, read_u32
 from kernels_numba.cpu.half import read_half
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 
@@ -193,47 +193,68 @@ def dot_q6_k(row, x, lanes):
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_row(code, row, x, x_sums, lanes):
-    """Dot of one row with x for the types without a four-row kernel (Q4_K, Q6_K, Q4_0, Q4_1, Q5_K)."""
-    if code == qt.Q4_K:
-        return dot_k_quant(row, x, x_sums, lanes, 144, -1, 16)
-    if code == qt.Q6_K:
-        return dot_q6_k(row, x, lanes)
-    if code == qt.Q4_0:
-        return dot_q4_0(row, x, lanes)
-    if code == qt.Q4_1:
-        return dot_q4_1(row, x, x_sums, lanes)
-    return dot_k_quant(row, x, x_sums, lanes, 176, 16, 48)  # Q5_K
+def dot_q2_k(row, x, x_sums, lanes):
+    """Q2_K row: d*scale*q*x per value, minus dmin*min*sum(x) per 16 values (x_sums: one sum per 16 values).
+
+    Super-block: 16 bytes (scale | min << 4) | 64 quant bytes (value 128h + 32s + l: bits 2s of byte 32h + l) |
+    d | dmin.
+    """
+    lanes[:64] = 0.0
+    min_total = np.float32(0.0)
+    for sb in range(x.size // 256):
+        base = 84 * sb
+        d, dmin = read_half(row, base + 80), read_half(row, base + 82)
+        for half in range(2):
+            quants, scales = base + 16 + 32 * half, base + 8 * half
+            for part in range(2):  # values 16*part .. 16*part+15 of each run of 32 share one scale
+                d0 = d * np.float32(I32(I32(row[scales + part]) & I32(15)))
+                d1 = d * np.float32(I32(I32(row[scales + 2 + part]) & I32(15)))
+                d2 = d * np.float32(I32(I32(row[scales + 4 + part]) & I32(15)))
+                d3 = d * np.float32(I32(I32(row[scales + 6 + part]) & I32(15)))
+                first = 256 * sb + 128 * half + 16 * part
+                for j in range(16):
+                    byte = I32(row[quants + 16 * part + j])
+                    lanes[j] += d0 * np.float32(I32(byte & I32(3))) * x[first + j]
+                    lanes[16 + j] += d1 * np.float32(I32(I32(byte >> I32(2)) & I32(3))) * x[first + 32 + j]
+                    lanes[32 + j] += d2 * np.float32(I32(I32(byte >> I32(4)) & I32(3))) * x[first + 64 + j]
+                    lanes[48 + j] += d3 * np.float32(I32(byte >> I32(6))) * x[first + 96 + j]
+        mins = np.float32(0.0)
+        for sub in range(16):
+            mins += np.float32(I32(I32(row[base + sub]) >> I32(4))) * x_sums[16 * sb + sub]
+        min_total += dmin * mins
+    return lanes_total(lanes, 0, 64) - min_total
 
 
-ROWS_PER_GROUP = 4
+@njit(cache=True)
+def q3_value(low_bits, high_bits, run):
+    """Signed Q3_K quant of run 0..3: bits 2*run of low_bits, bit `run` of high_bits as 4, minus 4, as float32."""
+    low = I32(I32(low_bits >> I32(2 * run)) & I32(3))
+    high = I32(I32(I32(high_bits >> I32(run)) & I32(1)) << I32(2))
+    return np.float32(I32(I32(low | high) - I32(4)))
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out):
-    """out[t, r] = dot(row r decoded as `code`, x[t]) for the rows first_row .. first_row+3 that exist.
-
-    scratch: float32 [k] for the float types (decoded once per row); lanes: float32 [NUM_LANES].
-    """
-    stop_row = min(first_row + ROWS_PER_GROUP, data.shape[0])
-    if code == qt.Q8_0 or code == qt.Q5_0 or code == qt.Q5_1:
-        last = stop_row - 1  # a short final group repeats its last row; the repeats are not written
-        rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
-        for t in range(x.shape[0]):
-            if code == qt.Q8_0:
-                values = dot4_q8_0(data, rows, x[t], lanes)
-            elif code == qt.Q5_0:
-                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, False)
-            else:
-                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, True)
-            for g in range(stop_row - first_row):
-                out[t, first_row + g] = values[g]
-    elif code == qt.F32 or code == qt.F16 or code == qt.BF16:
-        for r in range(first_row, stop_row):
-            decode_row(code, data[r], scratch)
-            for t in range(x.shape[0]):
-                out[t, r] = dot_f32(scratch, x[t])
-    else:
-        for r in range(first_row, stop_row):
-            for t in range(x.shape[0]):
-                out[t, r] = dot_row(code, data[r], x[t], x_sums[t], lanes)
+def dot_q3_k(row, x, lanes):
+    """Q3_K row; super-block: 32 high-bit bytes | 64 low-2-bit bytes (laid out as Q2_K) | 12 scale bytes | d f16."""
+    lanes[:64] = 0.0
+    for sb in range(x.size // 256):
+        base = 110 * sb
+        d = read_half(row, base + 108)
+        for half in range(2):
+            quants = base + 32 + 32 * half
+            for part in range(2):
+                sub = 8 * half + part  # sub-block of run s is sub + 2s
+                d0 = d * np.float32(q3_k_scale(row, base + 96, sub))
+                d1 = d * np.float32(q3_k_scale(row, base + 96, sub + 2))
+                d2 = d * np.float32(q3_k_scale(row, base + 96, sub + 4))
+                d3 = d * np.float32(q3_k_scale(row, base + 96, sub + 6))
+                first = 256 * sb + 128 * half + 16 * part
+                for j in range(16):
+                    l = 16 * part + j
+                    byte = I32(row[quants + l])
+                    high = I32(I32(row[base + l]) >> I32(4 * half))  # bit s: high bit of run s
+                    lanes[j] += d0 * q3_value(byte, high, 0) * x[first + j]
+                    lanes[16 + j] += d1 * q3_value(byte, high, 1) * x[first + 32 + j]
+                    lanes[32 + j] += d2 * q3_value(byte, high, 2) * x[first + 64 + j]
+                    lanes[48 + j] += d3 * q3_value(byte, high, 3) * x[first + 96 + j]
+    return lanes_total(lanes, 0, 64)

@@ -3,9 +3,9 @@ import numpy as np
 from numba import njit, prange
 
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu.block_decode import decode_row
 from kernels_numba.cpu.parallel_policy import use_threads
 from kernels_numba.cpu.quant_type import type_code_of
+from kernels_numba.cpu.row_decode import decode_row
 
 
 @njit(cache=True, nogil=True)

@@ -14,11 +14,12 @@ from numba import njit, prange
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_dot import NUM_LANES, ROWS_PER_GROUP, dot_group_into
+from kernels_numba.cpu.block_dot import NUM_LANES
 from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 from kernels_numba.cpu.prefetch import prefetch_rows
+from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
 
 MAX_FUSED_TOKENS = 1  # measured: from 2 tokens on, decode-a-tile + BLAS beats re-running the fused dot
 TILE_BYTES = 512 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM
@@ -60,10 +61,11 @@ def _reused_buffer(name: str, num_values: int) -> np.ndarray:
 
 
 def _block_sums(x: np.ndarray, code: int) -> np.ndarray:
-    """Sums of each run of 32 values of x (only the types with a per-block minimum use them)."""
-    if code not in qt.CODES_WITH_MIN:
+    """Sums of each run of 32 (Q2_K: 16) values of x (only the types with a per-run minimum use them)."""
+    run_length = qt.VALUES_PER_X_SUM.get(code)
+    if run_length is None:
         return np.zeros((x.shape[0], 0), dtype=np.float32)
-    return x.reshape(x.shape[0], -1, 32).sum(axis=-1, dtype=np.float32)
+    return x.reshape(x.shape[0], -1, run_length).sum(axis=-1, dtype=np.float32)
 
 
 def _fused_matvec_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:

@@ -7,7 +7,8 @@ from gguf_loader.weight_tensor import WeightTensor, make_weight_tensor
 # byte offsets of the fp16 scale fields inside one block of each type
 FP16_FIELD_OFFSETS = {
     QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.Q8_0: (0,),
-    QT.Q4_K: (0, 2), QT.Q5_K: (0, 2), QT.Q6_K: (208,),
+    QT.Q2_K: (80, 82), QT.Q3_K: (108,), QT.Q4_K: (0, 2), QT.Q5_K: (0, 2), QT.Q6_K: (208,),
+    QT.IQ4_NL: (0,), QT.IQ4_XS: (0,), QT.IQ2_XXS: (0,), QT.IQ3_XXS: (0,),
 }
 QUANT_TYPES = tuple(FP16_FIELD_OFFSETS)
 FLOAT_TYPES = (QT.F32, QT.F16, QT.BF16)

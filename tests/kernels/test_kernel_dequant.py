@@ -45,7 +45,8 @@ def test_fp16_specials_decode_exactly():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("ggml_type", [QT.Q8_0, QT.Q6_K, QT.F32], ids=lambda t: t.name)
+@pytest.mark.parametrize("ggml_type", [QT.Q8_0, QT.Q6_K, QT.F32, QT.Q2_K, QT.Q3_K, QT.IQ4_NL, QT.IQ4_XS,
+                                       QT.IQ2_XXS, QT.IQ3_XXS], ids=lambda t: t.name)
 def test_dequantize_rows_and_embedding_pick_rows(backend, ggml_type):
     ops = get_ops(backend)
     w = random_weight(ggml_type, (9, 256), np.random.default_rng(3))
@@ -68,12 +69,15 @@ def test_dequantize_rows_rejects_out_of_range_ids():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_unsupported_type_names_the_type_and_tensor(backend):
-    raw = np.zeros((2, gguf.GGML_QUANT_SIZES[QT.Q2_K][1]), np.uint8)
-    w = make_weight_tensor("blk.0.ffn_up.weight", QT.Q2_K, (2, 256), raw)
+@pytest.mark.parametrize("ggml_type", [QT.IQ1_S, QT.TQ1_0], ids=lambda t: t.name)
+def test_unsupported_type_names_the_type_and_tensor(backend, ggml_type):
+    raw = np.zeros((2, gguf.GGML_QUANT_SIZES[ggml_type][1]), np.uint8)
+    w = make_weight_tensor("blk.0.ffn_up.weight", ggml_type, (2, 256), raw)
     ops = get_ops(backend)
-    for call in (lambda: ops.dequantize(w), lambda: ops.linear(np.zeros((1, 256), np.float32), w)):
-        with pytest.raises(UnsupportedQuantType, match=r"Q2_K.*blk\.0\.ffn_up\.weight"):
+    calls = (lambda: ops.dequantize(w), lambda: ops.dequantize_rows(w, np.array([1])),
+             lambda: ops.linear(np.zeros((1, 256), np.float32), w))
+    for call in calls:
+        with pytest.raises(UnsupportedQuantType, match=rf"{ggml_type.name}.*blk\.0\.ffn_up\.weight"):
             call()
 
 
