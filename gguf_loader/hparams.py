@@ -88,11 +88,12 @@ def read_hparams(metadata: dict[str, Any], vocab_size: int) -> ModelHParams:
         head_dim=head_dim,
         rms_norm_eps=float(_get(metadata, p + "attention.layer_norm_rms_epsilon", 1e-6)),
         rope_theta=float(_get(metadata, p + "rope.freq_base", 10_000.0)),
-        is_neox_rope=arch in NEOX_ROPE_ARCHS,
+        is_neox_rope=bool(metadata.get(p + "rope.is_neox", arch in NEOX_ROPE_ARCHS)),  # HF llama: rotate-half
         rope_freq_scale=freq_scale,
-        rope_theta_swa=GEMMA3_ROPE_BASE_SWA if is_gemma3 else 0.0,
+        rope_theta_swa=float(metadata.get(p + "rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA)) if is_gemma3 else 0.0,
         sliding_window=int(metadata.get(p + "attention.sliding_window", 0)) if is_gemma3 else 0,
-        sliding_window_pattern=GEMMA3_SWA_PATTERN if is_gemma3 else 0,
+        sliding_window_pattern=(int(metadata.get(p + "attention.sliding_window_pattern", GEMMA3_SWA_PATTERN))
+                                if is_gemma3 else 0),
         attn_logit_softcap=float(metadata.get(p + "attn_logit_softcapping", 0.0)),
         final_logit_softcap=float(metadata.get(p + "final_logit_softcapping", 0.0)),
     )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -13,6 +14,7 @@ class WeightTensor:
     ggml_type: GGMLQuantizationType
     shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
     data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
+    fp8: Any = None  # FP8 E4M3 weights (1 byte each, stored as I8): their gguf_loader.fp8_layout.FP8Scales
 
     @property
     def num_rows(self) -> int:
@@ -24,7 +26,7 @@ class WeightTensor:
 
     @property
     def type_name(self) -> str:
-        return self.ggml_type.name
+        return "F8_E4M3" if self.fp8 is not None else self.ggml_type.name
 
     @property
     def nbytes(self) -> int:

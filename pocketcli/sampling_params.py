@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+MAX_LOGPROBS = 20  # top alternatives a request may ask for (OpenAI's limit)
+
 
 @dataclass
 class SamplingParams:
@@ -12,10 +14,14 @@ class SamplingParams:
     min_p: float = 0.05  # 0.0 disables
     repeat_penalty: float = 1.0  # 1.0 disables
     repeat_last_n: int = 64  # tokens looked back by the repetition penalty; -1 = whole context
+    presence_penalty: float = 0.0  # OpenAI: subtracted once from every token already generated
+    frequency_penalty: float = 0.0  # OpenAI: subtracted per occurrence in the generated tokens
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     max_tokens: int = 256
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    logprobs: int | None = None  # None: no logprobs; N >= 0: the sampled token's logprob and the top N
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -28,11 +34,21 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repeat_penalty <= 0:
             raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or bool(self.logit_bias))

@@ -1,12 +1,12 @@
 """Fused dequantize-and-dot of quantized rows with a float32 vector (the decode-time matvec inner loop).
 
 Each weight byte is read once and becomes float32 in registers. The loops have the lane-accumulator shape
-`lanes[j] += scale * q[j] * x[j]` over one block (a small fixed lane array, reduced once per row): the lane
-store keeps LLVM from vectorising across blocks with gathers, and the fully unrolled block becomes SIMD loads,
-converts and FMAs. For types with a per-block minimum, `min * sum(x)` uses `x_sums` (sums of each run of 32
-values of x, 16 for Q2_K), one scalar per sub-block. Q8_0 and Q5_0/Q5_1 (most of the default model's bytes)
-advance four rows together so their accumulator chains overlap and share the loads of x. row_dot dispatches
-to these kernels and to the i-quant ones (iq_dot).
+`lanes[j] += scale * q[j] * x[j]` over one block (a small fixed lane array on the stack, see lanes.py, reduced
+once per row): the lane array keeps LLVM from vectorising across blocks with gathers, the fully unrolled block
+becomes SIMD loads, converts and FMAs, and the lanes stay in registers across blocks. For types with a per-block
+minimum, `min * sum(x)` uses `x_sums` (sums of each run of 32 values of x, 16 for Q2_K), one scalar per
+sub-block. Q8_0 and Q5_0/Q5_1 (most of the default model's bytes) advance four rows together so their accumulator
+chains overlap and share the loads of x. row_dot dispatches to these kernels and to the i-quant ones (iq_dot).
 
 Two codegen rules, both measured: quant arithmetic is kept in int32 (`I32(...)`; numba widens integer ops to
 int64, which halves the SIMD width), and kernels taking layout parameters are inlined (`inline="always"`) into
@@ -18,9 +18,9 @@ from numba import njit
 from kernels_numba.cpu.block_decode import k_scale_and_min, q3_k_scale, read_u32
 from kernels_numba.cpu.half import read_half
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
 
 I32 = np.int32
-NUM_LANES = 128  # lanes scratch floats: 4 rows x 32 for Q8_0, 64 for the Q4_K / Q6_K layouts
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
@@ -32,18 +32,10 @@ def dot_f32(a, b):
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def lanes_total(lanes, first, count):
-    total = np.float32(0.0)
-    for j in range(count):
-        total += lanes[first + j]
-    return total
-
-
-@njit(cache=True, fastmath=SUM_FASTMATH)
-def dot4_q8_0(data, rows, x, lanes):
+def dot4_q8_0(data, rows, x):
     """Dots of four Q8_0 rows (indices `rows`, may repeat) with x; block: d f16 | 32 int8."""
     ra, rb, rc, rd = rows
-    lanes[:128] = 0.0
+    lanes = zeroed_lanes(128)
     for blk in range(x.size // 32):
         base, first = 34 * blk, 32 * blk
         da, db = read_half(data[ra], base), read_half(data[rb], base)
@@ -54,24 +46,27 @@ def dot4_q8_0(data, rows, x, lanes):
             lanes[32 + j] += db * np.float32(np.int8(data[rb, base + 2 + j])) * xj
             lanes[64 + j] += dc * np.float32(np.int8(data[rc, base + 2 + j])) * xj
             lanes[96 + j] += dd * np.float32(np.int8(data[rd, base + 2 + j])) * xj
-    return lanes_total(lanes, 0, 32), lanes_total(lanes, 32, 32), lanes_total(lanes, 64, 32), lanes_total(lanes, 96, 32)
+    return lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32)
 
 
 @njit(cache=True)
 def q5_quants(byte, high_bits, j, offset):
     """The two 5-bit quants (values j and j+16, plus `offset`) stored in nibble byte j of a Q5 block."""
-    q_low = I32(I32(byte & I32(15)) | I32(I32(I32(high_bits >> I32(j)) & I32(1)) << I32(4)))
-    q_high = I32(I32(byte >> I32(4)) | I32(I32(I32(high_bits >> I32(j + 16)) & I32(1)) << I32(4)))
+    # a bit test, not `(high_bits >> j) & 1`: numba widens that shift to int64 (measured 1.5x slower)
+    high_low = I32(16) if I32(high_bits & I32(1 << j)) != I32(0) else I32(0)
+    high_high = I32(16) if I32(high_bits & I32(1 << (j + 16))) != I32(0) else I32(0)
+    q_low = I32(I32(byte & I32(15)) | high_low)
+    q_high = I32(I32(byte >> I32(4)) | high_high)
     return np.float32(I32(q_low + I32(offset))), np.float32(I32(q_high + I32(offset)))
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
-def dot4_q5(data, rows, x, x_sums, lanes, has_min):
+def dot4_q5(data, rows, x, x_sums, has_min):
     """Dots of four Q5_0 rows (has_min False: d*(q-16)) or Q5_1 rows (d*q + m) with x."""
     ra, rb, rc, rd = rows
     high_bits_at = 4 if has_min else 2
     block_bytes, quants_at, offset = high_bits_at + 20, high_bits_at + 4, 0 if has_min else -16
-    lanes[:128] = 0.0
+    lanes = zeroed_lanes(128)
     min_a = min_b = min_c = min_d = np.float32(0.0)
     for blk in range(x.size // 32):
         base, first = block_bytes * blk, 32 * blk
@@ -98,13 +93,13 @@ def dot4_q5(data, rows, x, x_sums, lanes, has_min):
             min_b += read_half(data[rb], base + 2) * x_sums[blk]
             min_c += read_half(data[rc], base + 2) * x_sums[blk]
             min_d += read_half(data[rd], base + 2) * x_sums[blk]
-    return (lanes_total(lanes, 0, 32) + min_a, lanes_total(lanes, 32, 32) + min_b,
-            lanes_total(lanes, 64, 32) + min_c, lanes_total(lanes, 96, 32) + min_d)
+    return (lane_sum(lanes, 0, 32) + min_a, lane_sum(lanes, 32, 32) + min_b,
+            lane_sum(lanes, 64, 32) + min_c, lane_sum(lanes, 96, 32) + min_d)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_q4_0(row, x, lanes):  # block: d f16 | 16 bytes: low nibbles values 0-15, high nibbles 16-31
-    lanes[:32] = 0.0
+def dot_q4_0(row, x):  # block: d f16 | 16 bytes: low nibbles values 0-15, high nibbles 16-31
+    lanes = zeroed_lanes(32)
     for blk in range(x.size // 32):
         base, first = 18 * blk, 32 * blk
         d = read_half(row, base)
@@ -112,12 +107,12 @@ def dot_q4_0(row, x, lanes):  # block: d f16 | 16 bytes: low nibbles values 0-15
             byte = I32(row[base + 2 + j])
             lanes[j] += d * np.float32(I32(I32(byte & I32(15)) - I32(8))) * x[first + j]
             lanes[16 + j] += d * np.float32(I32(I32(byte >> I32(4)) - I32(8))) * x[first + 16 + j]
-    return lanes_total(lanes, 0, 32)
+    return lane_sum(lanes, 0, 32)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_q4_1(row, x, x_sums, lanes):  # block: d f16 | m f16 | 16 bytes of nibbles
-    lanes[:32] = 0.0
+def dot_q4_1(row, x, x_sums):  # block: d f16 | m f16 | 16 bytes of nibbles
+    lanes = zeroed_lanes(32)
     min_total = np.float32(0.0)
     for blk in range(x.size // 32):
         base, first = 20 * blk, 32 * blk
@@ -127,16 +122,16 @@ def dot_q4_1(row, x, x_sums, lanes):  # block: d f16 | m f16 | 16 bytes of nibbl
             lanes[j] += d * np.float32(I32(byte & I32(15))) * x[first + j]
             lanes[16 + j] += d * np.float32(I32(byte >> I32(4))) * x[first + 16 + j]
         min_total += read_half(row, base + 2) * x_sums[blk]
-    return lanes_total(lanes, 0, 32) + min_total
+    return lane_sum(lanes, 0, 32) + min_total
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
-def dot_k_quant(row, x, x_sums, lanes, block_bytes, high_bits_at, quants_at):
+def dot_k_quant(row, x, x_sums, block_bytes, high_bits_at, quants_at):
     """Q4_K (high_bits_at < 0) or Q5_K row: d*scale*q*x per value, minus dmin*min*sum(x) per 32 values.
 
     Super-block: d | dmin | 12 packed scale bytes | [Q5_K: 32 high-bit bytes] | 128 nibble bytes.
     """
-    lanes[:64] = 0.0
+    lanes = zeroed_lanes(64)
     min_total = np.float32(0.0)
     for sb in range(x.size // 256):
         base = block_bytes * sb
@@ -157,7 +152,7 @@ def dot_k_quant(row, x, x_sums, lanes, block_bytes, high_bits_at, quants_at):
                 lanes[32 + l] += d_high * np.float32(q_high) * x[first + 32 + l]
             sub = 8 * sb + 2 * pair
             min_total += dmin * (np.float32(min_low) * x_sums[sub] + np.float32(min_high) * x_sums[sub + 1])
-    return lanes_total(lanes, 0, 64) - min_total
+    return lane_sum(lanes, 0, 64) - min_total
 
 
 @njit(cache=True)
@@ -167,9 +162,9 @@ def q6_value(low4, high_bits, shift):
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_q6_k(row, x, lanes):
+def dot_q6_k(row, x):
     """Q6_K row; super-block: 128 low-nibble bytes | 64 high-2-bit bytes | 16 int8 scales | d f16."""
-    lanes[:64] = 0.0
+    lanes = zeroed_lanes(64)
     for sb in range(x.size // 256):
         base = 210 * sb
         d = read_half(row, base + 208)
@@ -189,17 +184,17 @@ def dot_q6_k(row, x, lanes):
                     lanes[16 + j] += d1 * q6_value(I32(low_b & I32(15)), bits, 2) * x[first + 32 + j]
                     lanes[32 + j] += d2 * q6_value(I32(low_a >> I32(4)), bits, 4) * x[first + 64 + j]
                     lanes[48 + j] += d3 * q6_value(I32(low_b >> I32(4)), bits, 6) * x[first + 96 + j]
-    return lanes_total(lanes, 0, 64)
+    return lane_sum(lanes, 0, 64)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_q2_k(row, x, x_sums, lanes):
+def dot_q2_k(row, x, x_sums):
     """Q2_K row: d*scale*q*x per value, minus dmin*min*sum(x) per 16 values (x_sums: one sum per 16 values).
 
     Super-block: 16 bytes (scale | min << 4) | 64 quant bytes (value 128h + 32s + l: bits 2s of byte 32h + l) |
     d | dmin.
     """
-    lanes[:64] = 0.0
+    lanes = zeroed_lanes(64)
     min_total = np.float32(0.0)
     for sb in range(x.size // 256):
         base = 84 * sb
@@ -222,7 +217,7 @@ def dot_q2_k(row, x, x_sums, lanes):
         for sub in range(16):
             mins += np.float32(I32(I32(row[base + sub]) >> I32(4))) * x_sums[16 * sb + sub]
         min_total += dmin * mins
-    return lanes_total(lanes, 0, 64) - min_total
+    return lane_sum(lanes, 0, 64) - min_total
 
 
 @njit(cache=True)
@@ -234,9 +229,9 @@ def q3_value(low_bits, high_bits, run):
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_q3_k(row, x, lanes):
+def dot_q3_k(row, x):
     """Q3_K row; super-block: 32 high-bit bytes | 64 low-2-bit bytes (laid out as Q2_K) | 12 scale bytes | d f16."""
-    lanes[:64] = 0.0
+    lanes = zeroed_lanes(64)
     for sb in range(x.size // 256):
         base = 110 * sb
         d = read_half(row, base + 108)
@@ -257,4 +252,4 @@ def dot_q3_k(row, x, lanes):
                     lanes[16 + j] += d1 * q3_value(byte, high, 1) * x[first + 32 + j]
                     lanes[32 + j] += d2 * q3_value(byte, high, 2) * x[first + 64 + j]
                     lanes[48 + j] += d3 * q3_value(byte, high, 3) * x[first + 96 + j]
-    return lanes_total(lanes, 0, 64)
+    return lane_sum(lanes, 0, 64)

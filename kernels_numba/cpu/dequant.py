@@ -32,6 +32,9 @@ def readonly_bytes(w: WeightTensor) -> np.ndarray:
 
 def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Rows `row_ids` of `w` as float32 [len(row_ids), row_length]."""
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/fp8.py
+        from kernels_numba.cpu.fp8 import fp8_dequantize_rows
+        return fp8_dequantize_rows(w, row_ids, out)
     code = type_code_of(w)
     row_ids = np.ascontiguousarray(row_ids, dtype=np.int64).reshape(-1)
     if row_ids.size and (row_ids.min() < 0 or row_ids.max() >= w.num_rows):

@@ -10,16 +10,17 @@ import numpy as np
 from numba import njit
 
 from kernels_numba.cpu.block_decode import read_u32, run_length
-from kernels_numba.cpu.block_dot import I32, lanes_total
+from kernels_numba.cpu.block_dot import I32
 from kernels_numba.cpu.half import read_half
 from kernels_numba.cpu.iq_decode import group_scale, iq4_xs_scale
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
 from kernels_numba.iq_tables import IQ2_XXS_GRID, IQ3_XXS_GRID, IQ4_NL_LEVELS, SIGN_VALUES
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_iq4_nl(row, x, lanes):  # block: d f16 | 16 bytes of level indices (low nibbles: values 0-15, high: 16-31)
-    lanes[:32] = 0.0
+def dot_iq4_nl(row, x):  # block: d f16 | 16 bytes of level indices (low nibbles: values 0-15, high: 16-31)
+    lanes = zeroed_lanes(32)
     for blk in range(x.size // 32):
         base, first = 18 * blk, 32 * blk
         d = read_half(row, base)
@@ -27,12 +28,12 @@ def dot_iq4_nl(row, x, lanes):  # block: d f16 | 16 bytes of level indices (low 
             byte = I32(row[base + 2 + j])
             lanes[j] += d * IQ4_NL_LEVELS[I32(byte & I32(15))] * x[first + j]
             lanes[16 + j] += d * IQ4_NL_LEVELS[I32(byte >> I32(4))] * x[first + 16 + j]
-    return lanes_total(lanes, 0, 32)
+    return lane_sum(lanes, 0, 32)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_iq4_xs(row, x, lanes):  # super-block: d | u16 high scale bits | 4 low scale bytes | 8 x 16 index bytes
-    lanes[:32] = 0.0
+def dot_iq4_xs(row, x):  # super-block: d | u16 high scale bits | 4 low scale bytes | 8 x 16 index bytes
+    lanes = zeroed_lanes(32)
     for sb in range(x.size // 256):
         base = 136 * sb
         d = read_half(row, base)
@@ -43,14 +44,14 @@ def dot_iq4_xs(row, x, lanes):  # super-block: d | u16 high scale bits | 4 low s
                 byte = I32(row[quants + j])
                 lanes[j] += d_scale * IQ4_NL_LEVELS[I32(byte & I32(15))] * x[first + j]
                 lanes[16 + j] += d_scale * IQ4_NL_LEVELS[I32(byte >> I32(4))] * x[first + 16 + j]
-    return lanes_total(lanes, 0, 32)
+    return lane_sum(lanes, 0, 32)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_iq2_xxs(row, x, lanes):
+def dot_iq2_xxs(row, x):
     """IQ2_XXS row; super-block: d | 8 x (4 grid index bytes | u32: four 7-bit sign indices, scale in bits 28-31)."""
     entry_length = run_length(row, x, 66, 32)  # 8 values per grid entry, known only at run time on purpose
-    lanes[:8] = 0.0
+    lanes = zeroed_lanes(8)
     for sb in range(x.size // 256):
         base = 66 * sb
         d = read_half(row, base)
@@ -66,14 +67,14 @@ def dot_iq2_xxs(row, x, lanes):
                                      + IQ2_XXS_GRID[e1, j] * SIGN_VALUES[s1, j] * x[first + 8 + j]
                                      + IQ2_XXS_GRID[e2, j] * SIGN_VALUES[s2, j] * x[first + 16 + j]
                                      + IQ2_XXS_GRID[e3, j] * SIGN_VALUES[s3, j] * x[first + 24 + j])
-    return lanes_total(lanes, 0, 8)
+    return lane_sum(lanes, 0, 8)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_iq3_xxs(row, x, lanes):
+def dot_iq3_xxs(row, x):
     """IQ3_XXS row; super-block: d | 64 grid index bytes | 8 x u32: four 7-bit sign indices, scale in bits 28-31."""
     entry_length = run_length(row, x, 98, 64)  # 4 values per grid entry, known only at run time on purpose
-    lanes[:4] = 0.0
+    lanes = zeroed_lanes(4)
     for sb in range(x.size // 256):
         base = 98 * sb
         d = read_half(row, base)
@@ -94,4 +95,4 @@ def dot_iq3_xxs(row, x, lanes):
                                      + IQ3_XXS_GRID[e5, j] * SIGN_VALUES[s2, 4 + j] * x[first + 20 + j]
                                      + IQ3_XXS_GRID[e6, j] * SIGN_VALUES[s3, j] * x[first + 24 + j]
                                      + IQ3_XXS_GRID[e7, j] * SIGN_VALUES[s3, 4 + j] * x[first + 28 + j])
-    return lanes_total(lanes, 0, 4)
+    return lane_sum(lanes, 0, 4)

@@ -10,39 +10,39 @@ from kernels_numba.cpu.row_decode import decode_row
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_row(code, row, x, x_sums, lanes):
+def dot_row(code, row, x, x_sums):
     """Dot of one row with x for the types without a four-row kernel (all but Q8_0, Q5_0, Q5_1 and the floats)."""
     if code == qt.Q4_K:
-        return dot_k_quant(row, x, x_sums, lanes, 144, -1, 16)
+        return dot_k_quant(row, x, x_sums, 144, -1, 16)
     if code == qt.Q6_K:
-        return dot_q6_k(row, x, lanes)
+        return dot_q6_k(row, x)
     if code == qt.Q4_0:
-        return dot_q4_0(row, x, lanes)
+        return dot_q4_0(row, x)
     if code == qt.Q4_1:
-        return dot_q4_1(row, x, x_sums, lanes)
+        return dot_q4_1(row, x, x_sums)
     if code == qt.Q2_K:
-        return dot_q2_k(row, x, x_sums, lanes)
+        return dot_q2_k(row, x, x_sums)
     if code == qt.Q3_K:
-        return dot_q3_k(row, x, lanes)
+        return dot_q3_k(row, x)
     if code == qt.IQ4_NL:
-        return dot_iq4_nl(row, x, lanes)
+        return dot_iq4_nl(row, x)
     if code == qt.IQ4_XS:
-        return dot_iq4_xs(row, x, lanes)
+        return dot_iq4_xs(row, x)
     if code == qt.IQ2_XXS:
-        return dot_iq2_xxs(row, x, lanes)
+        return dot_iq2_xxs(row, x)
     if code == qt.IQ3_XXS:
-        return dot_iq3_xxs(row, x, lanes)
-    return dot_k_quant(row, x, x_sums, lanes, 176, 16, 48)  # Q5_K
+        return dot_iq3_xxs(row, x)
+    return dot_k_quant(row, x, x_sums, 176, 16, 48)  # Q5_K
 
 
 ROWS_PER_GROUP = 4
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out):
+def dot_group_into(code, data, first_row, x, x_sums, scratch, out):
     """out[t, r] = dot(row r decoded as `code`, x[t]) for the rows first_row .. first_row+3 that exist.
 
-    scratch: float32 [k] for the float types (decoded once per row); lanes: float32 [NUM_LANES].
+    scratch: float32 [k] for the float types (decoded once per row).
     """
     stop_row = min(first_row + ROWS_PER_GROUP, data.shape[0])
     if code == qt.Q8_0 or code == qt.Q5_0 or code == qt.Q5_1:
@@ -50,11 +50,11 @@ def dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out):
         rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
         for t in range(x.shape[0]):
             if code == qt.Q8_0:
-                values = dot4_q8_0(data, rows, x[t], lanes)
+                values = dot4_q8_0(data, rows, x[t])
             elif code == qt.Q5_0:
-                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, False)
+                values = dot4_q5(data, rows, x[t], x_sums[t], False)
             else:
-                values = dot4_q5(data, rows, x[t], x_sums[t], lanes, True)
+                values = dot4_q5(data, rows, x[t], x_sums[t], True)
             for g in range(stop_row - first_row):
                 out[t, first_row + g] = values[g]
     elif code == qt.F32 or code == qt.F16 or code == qt.BF16:
@@ -65,4 +65,4 @@ def dot_group_into(code, data, first_row, x, x_sums, scratch, lanes, out):
     else:
         for r in range(first_row, stop_row):
             for t in range(x.shape[0]):
-                out[t, r] = dot_row(code, data[r], x[t], x_sums[t], lanes)
+                out[t, r] = dot_row(code, data[r], x[t], x_sums[t])

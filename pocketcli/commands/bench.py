@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
     # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
     args.ctx_size = args.n_prompt + args.n_gen + 16
+    args.prefix_caching = False  # every repetition must really process its prompt
     engine = make_engine(args)
     results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
     rss_mib = peak_rss_bytes() / 2**20

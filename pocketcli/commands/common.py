@@ -29,7 +29,8 @@ def make_engine(args: argparse.Namespace):
     set_cpu_threads(args.threads)
     warn_if_first_run(args.backend)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
-                          max_num_batched_tokens=args.batch_size, backend=args.backend)
+                          max_num_batched_tokens=args.batch_size, backend=args.backend,
+                          enable_prefix_caching=getattr(args, "prefix_caching", True))
     return LLMEngine(config)
 
 

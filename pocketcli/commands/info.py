@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from gguf_loader import open_gguf
 from gguf_loader.hparams import read_hparams
 
+from ..model_source import open_model_file
 from ..models import model_class_for
 from ..registry import resolve_model
 from .common import add_model_argument
@@ -34,7 +34,15 @@ def describe(model_file) -> dict:
         "context_length": hp.context_length, "rope_theta": hp.rope_theta, "sliding_window": hp.sliding_window,
         "tensor_types": model_file.type_counts(), "tokenizer": metadata.get("tokenizer.ggml.model", ""),
         "chat_template": "from file" if template else f"built-in ({hp.arch})",
+        **hf_details(model_file),
     }
+
+
+def hf_details(model_file) -> dict:
+    """Format and quantization of a Hugging Face directory (GGUF files say it with gguf_version / tensor_types)."""
+    if getattr(model_file, "format", "gguf") == "gguf":
+        return {"format": "gguf"}
+    return {"format": model_file.format, "quantization": model_file.quantization_config or "none"}
 
 
 def _prod(shape) -> int:
@@ -45,7 +53,7 @@ def _prod(shape) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = describe(open_gguf(resolve_model(args.model)))
+    info = describe(open_model_file(resolve_model(args.model)))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

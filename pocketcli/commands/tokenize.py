@@ -4,10 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gguf_loader import open_gguf
-
 from ..registry import resolve_model
-from ..tokenizer import Tokenizer
+from ..model_source import make_tokenizer, open_model_file
 from .common import add_model_argument
 
 
@@ -22,8 +20,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model_file = open_gguf(resolve_model(args.model))
-    tokenizer = Tokenizer.from_gguf_metadata(model_file.metadata)
+    tokenizer = make_tokenizer(open_model_file(resolve_model(args.model)))
     ids = tokenizer.encode(args.text, add_special=not args.no_special, parse_special=not args.no_parse_special)
     pieces = [tokenizer.token_to_piece(i, special=True).decode("utf-8", errors="backslashreplace") for i in ids]
     if args.json:

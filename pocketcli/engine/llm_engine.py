@@ -10,12 +10,12 @@ from kernels_numba import get_ops
 from ..config import EngineConfig
 from ..models import make_model, model_class_for
 from ..sampling_params import SamplingParams
-from ..tokenizer import Tokenizer
+from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
 from .kv_cache import make_kv_cache
 from .model_runner import ModelRunner
-from .outputs import StepOutput
-from .sampler import Sampler
+from .outputs import StepOutput, TokenLogprob
+from .sampler import Sampler, log_softmax
 from .scheduler import ScheduledBatch, ScheduledSeq, Scheduler, SchedulerConfig
 from .sequence import Sequence
 
@@ -27,7 +27,7 @@ class PromptTooLongError(ValueError):
 def check_tensor_types(model_file: GGUFFile, supported_types) -> None:
     """Fail at load, naming the tensor and its type, rather than in the middle of a forward pass."""
     for info in model_file.tensor_infos.values():
-        if info.ggml_type not in supported_types:
+        if info.ggml_type not in supported_types and model_file.tensor(info.name).fp8 is None:  # FP8: own kernels
             type_name = model_file.tensor(info.name).type_name
             raise UnsupportedModelError(f"{model_file.path}: tensor {info.name} has quant type {type_name}, "
                                         f"which PocketLLM does not support yet")
@@ -36,10 +36,10 @@ def check_tensor_types(model_file: GGUFFile, supported_types) -> None:
 class LLMEngine:
     def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None):
         self.config = config
-        self.model_file = model_file or open_gguf(config.model_path)
+        self.model_file = model_file or open_model_file(config.model_path)  # GGUF file or HF directory
         metadata = self.model_file.metadata
         model_class_for(self.model_file.architecture)  # fail early, before the tokenizer, on unknown archs
-        self.tokenizer = Tokenizer.from_gguf_metadata(metadata)
+        self.tokenizer = make_tokenizer(self.model_file)
         self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
@@ -49,7 +49,7 @@ class LLMEngine:
         num_blocks = blocks_per_seq * config.max_num_seqs
         hp = self.hparams
         self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, hp.num_kv_heads, hp.head_dim)
-        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         scheduler_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, set(self.tokenizer.stop_token_ids))
         self.runner = ModelRunner(self.model, self.kv_cache)
@@ -93,16 +93,29 @@ class LLMEngine:
             return []
         logits = self.runner.run(batch)
         sampling_items = [item for item in batch.items if item.samples_token]
-        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids)
+        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids,
+                                       item.seq.num_prompt_tokens)
                    for row, item in zip(logits, sampling_items)]
+        logprobs = [self._logprobs(row, item.seq.params, token_id)
+                    for row, item, token_id in zip(logits, sampling_items, sampled)]
         self.scheduler.postprocess(batch, sampled)
         outputs = []
-        for item, token_id in zip(sampling_items, sampled):
+        for item, token_id, token_logprobs in zip(sampling_items, sampled, logprobs):
             seq = item.seq
             if seq.is_finished:
                 self.sampler.release(seq.seq_id)
-            outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason))
+            outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason, token_logprobs))
         return outputs
+
+    @staticmethod
+    def _logprobs(logits_row: np.ndarray, params: SamplingParams, token_id: int) -> list[TokenLogprob] | None:
+        if params.logprobs is None:
+            return None
+        logprobs = log_softmax(logits_row)
+        top_ids = np.argpartition(-logprobs, params.logprobs)[:params.logprobs] if params.logprobs else []
+        top_ids = sorted(top_ids, key=lambda t: -logprobs[t])
+        top = [(int(t), float(logprobs[t])) for t in top_ids]
+        return [TokenLogprob(token_id, float(logprobs[token_id]), top)]
 
     def score(self, token_ids: list[int], first_position: int = 0) -> np.ndarray:
         """Logits [len(token_ids) - first_position, vocab] for each position from first_position on

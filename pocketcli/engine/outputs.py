@@ -5,16 +5,25 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float  # natural log of the model's probability (before sampling filters)
+    top: list[tuple[int, float]] = field(default_factory=list)  # (token id, logprob), most likely first
+
+
+@dataclass
 class StepOutput:
     seq_id: int
     new_token_ids: list[int]
-    finish_reason: str | None = None  # "stop" | "length" | None while running
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | None while running
+    logprobs: list[TokenLogprob] | None = None  # one per new token when the request asked for them
 
 
 @dataclass
 class GenerationStats:
     num_prompt_tokens: int = 0
     num_completion_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     prompt_seconds: float = 0.0  # time to first token (prefill + first sample)
     decode_seconds: float = 0.0
 
@@ -34,3 +43,4 @@ class GenerationChunk:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     stats: GenerationStats | None = None
+    logprobs: list[TokenLogprob] | None = None

@@ -1,6 +1,6 @@
 """Turns logits into next tokens: small composable filters, applied in llama.cpp's default order.
 
-Order: repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. temperature == 0 is argmax.
+Order: logit bias -> repetition penalty -> presence/frequency penalties -> top-k -> top-p -> min-p -> temperature -> draw. temperature == 0 is argmax.
 """
 from __future__ import annotations
 
@@ -17,6 +17,31 @@ def apply_repeat_penalty(logits: np.ndarray, recent_token_ids: np.ndarray, penal
     picked = out[ids]
     out[ids] = np.where(picked > 0, picked / penalty, picked * penalty)
     return out
+
+
+def apply_presence_frequency_penalty(logits: np.ndarray, generated_token_ids: np.ndarray, presence: float,
+                                     frequency: float) -> np.ndarray:
+    """OpenAI's penalties: over generated tokens only, presence once per token, frequency per occurrence."""
+    if (presence == 0.0 and frequency == 0.0) or generated_token_ids.size == 0:
+        return logits
+    ids, counts = np.unique(generated_token_ids, return_counts=True)
+    out = logits.copy()
+    out[ids] -= presence + frequency * counts
+    return out
+
+
+def apply_logit_bias(logits: np.ndarray, logit_bias: dict[int, float]) -> np.ndarray:
+    if not logit_bias:
+        return logits
+    out = logits.copy()
+    ids = np.fromiter(logit_bias.keys(), dtype=np.int64, count=len(logit_bias))
+    out[ids] += np.fromiter(logit_bias.values(), dtype=np.float64, count=len(logit_bias))
+    return out
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - np.max(logits)
+    return shifted - np.log(np.exp(shifted).sum())
 
 
 def apply_top_k(logits: np.ndarray, top_k: int) -> np.ndarray:
@@ -64,11 +89,16 @@ class Sampler:
         self._rngs: dict[int, np.random.Generator] = {}
 
     def sample(self, logits: np.ndarray, params: SamplingParams, seq_id: int,
-               history_token_ids: list[int]) -> int:
-        if params.is_greedy and params.repeat_penalty == 1.0:
+               history_token_ids: list[int], num_prompt_tokens: int | None = None) -> int:
+        """`history_token_ids`: prompt + generated tokens; the first `num_prompt_tokens` of them are the prompt
+        (None: all are generated), which the presence/frequency penalties skip."""
+        if params.is_greedy and not params.has_penalties:
             return int(np.argmax(logits))
-        logits = logits.astype(np.float64)
+        logits = apply_logit_bias(logits.astype(np.float64), params.logit_bias)
         logits = apply_repeat_penalty(logits, self._recent(history_token_ids, params), params.repeat_penalty)
+        generated = np.asarray(history_token_ids[num_prompt_tokens or 0:], dtype=np.int64)
+        logits = apply_presence_frequency_penalty(logits, generated, params.presence_penalty,
+                                                  params.frequency_penalty)
         if params.is_greedy:
             return int(np.argmax(logits))
         logits = apply_top_k(logits, params.top_k)

@@ -81,10 +81,12 @@ class Scheduler:
     def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            num_new = min(seq.num_uncached_tokens, budget)
-            if not self.block_manager.can_allocate(seq, seq.num_cached_tokens + num_new):
+            cached_block_ids = self.block_manager.cached_prefix(seq)
+            num_cached_tokens = len(cached_block_ids) * self.block_manager.block_size
+            num_new = min(len(seq) - num_cached_tokens, budget)
+            if not self.block_manager.can_allocate(seq, num_cached_tokens + num_new, cached_block_ids):
                 break
-            self.block_manager.allocate(seq, seq.num_cached_tokens + num_new)
+            self.block_manager.allocate(seq, num_cached_tokens + num_new, cached_block_ids)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -105,6 +107,7 @@ class Scheduler:
         for item in batch.items:
             samples = item.samples_token
             item.seq.num_cached_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(item.seq)
             if not samples:
                 continue
             seq = item.seq

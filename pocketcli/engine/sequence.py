@@ -26,6 +26,8 @@ class Sequence:
         self.block_size = block_size
         self.block_table: list[int] = []
         self.num_cached_tokens = 0  # tokens whose K/V are already in the cache
+        self.num_hashed_blocks = 0  # leading blocks registered in the prefix cache
+        self.num_prefix_cached_tokens = 0  # prompt tokens the prefix cache supplied at the first schedule
         self.finish_reason: str | None = None
 
     def __len__(self) -> int:

@@ -9,10 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from gguf_loader import GGUFFile, ModelFileError, WeightTensor
+from gguf_loader import GGUFFile, ModelFileError, WeightTensor, make_weight_tensor
 from gguf_loader.hparams import ModelHParams
 
 from .attn_metadata import AttnMetadata
+
+
+@dataclass(frozen=True)
+class StackedWeight:
+    tensor: WeightTensor  # the rows of several projections of the same input, one after another
+    num_rows: tuple[int, ...]  # rows of each projection, in order
 
 
 @dataclass
@@ -33,6 +39,13 @@ class LayerWeights:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffw_norm: np.ndarray | None = None
+    qkv_groups: tuple[StackedWeight, ...] = ()  # wq, wk, wv as runs of one type, each run's rows stacked
+    gate_up_groups: tuple[StackedWeight, ...] = ()  # w_gate, w_up likewise
+
+    def __post_init__(self):
+        # one matvec over stacked rows instead of one per projection: fewer thread-pool wake-ups in decode
+        self.qkv_groups = stack_same_type_runs((self.wq, self.wk, self.wv))
+        self.gate_up_groups = stack_same_type_runs((self.w_gate, self.w_up))
 
 
 def float_vector(tensor: WeightTensor) -> np.ndarray:
@@ -42,6 +55,28 @@ def float_vector(tensor: WeightTensor) -> np.ndarray:
     if tensor.type_name == "F16":
         return tensor.data.view(np.float16).reshape(-1).astype(np.float32)
     raise ModelFileError(f"tensor {tensor.name} has type {tensor.type_name}; expected F32 or F16")
+
+
+def stack_same_type_runs(tensors: tuple[WeightTensor, ...]) -> tuple[StackedWeight, ...]:
+    """Consecutive tensors of one quant type (and row length) as one tensor of their stacked rows (a copy)."""
+    runs: list[list[WeightTensor]] = []
+    for t in tensors:
+        if runs and _stackable(runs[-1][-1], t):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return tuple(StackedWeight(run[0] if len(run) == 1 else _stacked(run), tuple(t.num_rows for t in run))
+                 for run in runs)
+
+
+def _stackable(a: WeightTensor, b: WeightTensor) -> bool:
+    return a.fp8 is None and b.fp8 is None and a.ggml_type == b.ggml_type and a.row_length == b.row_length
+
+
+def _stacked(run: list[WeightTensor]) -> WeightTensor:
+    raw = np.concatenate([np.asarray(t.data) for t in run])
+    raw.flags.writeable = False
+    return make_weight_tensor("+".join(t.name for t in run), run[0].ggml_type, (raw.shape[0], run[0].row_length), raw)
 
 
 class DecoderModel:
@@ -125,23 +160,32 @@ class DecoderModel:
             d = ops.rms_norm(d, w.post_ffw_norm, eps)
         return x + d
 
-    def _project_heads(self, h: np.ndarray, weight: WeightTensor, bias: np.ndarray | None,
-                       norm: np.ndarray | None, num_heads: int) -> np.ndarray:
-        """h: [T, D] -> [T, num_heads, head_dim], with optional bias and per-head RMSNorm."""
-        y = self.ops.linear(h, weight)
+    def _linear_groups(self, h: np.ndarray, groups: tuple[StackedWeight, ...]) -> list[np.ndarray]:
+        """h: [T, D] -> h @ W.T for each projection in `groups`, one linear per group (column views of its output)."""
+        outputs: list[np.ndarray] = []
+        for group in groups:
+            y = self.ops.linear(h, group.tensor)
+            outputs.extend(np.split(y, np.cumsum(group.num_rows)[:-1], axis=1))
+        return outputs
+
+    def _project_heads(self, y: np.ndarray, bias: np.ndarray | None, norm: np.ndarray | None,
+                       num_heads: int) -> np.ndarray:
+        """y: [T, num_heads * head_dim] projection -> [T, num_heads, head_dim], plus optional bias, per-head RMSNorm."""
+        num_tokens = y.shape[0]
         if bias is not None:
             y += bias
         head_dim = self.hparams.head_dim
         if norm is not None:
             y = self.ops.rms_norm(y.reshape(-1, head_dim), norm, self.hparams.rms_norm_eps)
-        return y.reshape(h.shape[0], num_heads, head_dim)
+        return y.reshape(num_tokens, num_heads, head_dim)
 
     def _attention(self, layer_id: int, w: LayerWeights, h: np.ndarray, positions: np.ndarray,
                    attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
         ops, hp = self.ops, self.hparams
-        q = self._project_heads(h, w.wq, w.bq, w.q_norm, hp.num_heads)  # q: [T, H, hd]
-        k = self._project_heads(h, w.wk, w.bk, w.k_norm, hp.num_kv_heads)  # k: [T, KVH, hd]
-        v = self._project_heads(h, w.wv, w.bv, None, hp.num_kv_heads)  # v: [T, KVH, hd]
+        q, k, v = self._linear_groups(h, w.qkv_groups)
+        q = self._project_heads(q, w.bq, w.q_norm, hp.num_heads)  # q: [T, H, hd]
+        k = self._project_heads(k, w.bk, w.k_norm, hp.num_kv_heads)  # k: [T, KVH, hd]
+        v = self._project_heads(v, w.bv, None, hp.num_kv_heads)  # v: [T, KVH, hd]
         theta, freq_scale = hp.layer_rope_theta(layer_id), hp.layer_rope_freq_scale(layer_id)
         q = ops.rope(q, positions, theta, hp.is_neox_rope, freq_scale, self.rope_freq_factors)
         k = ops.rope(k, positions, theta, hp.is_neox_rope, freq_scale, self.rope_freq_factors)
@@ -151,7 +195,6 @@ class DecoderModel:
         return ops.linear(o.reshape(h.shape[0], -1), w.wo)
 
     def _feed_forward(self, w: LayerWeights, h: np.ndarray) -> np.ndarray:
-        gate = self.ops.linear(h, w.w_gate)
-        up = self.ops.linear(h, w.w_up)
+        gate, up = self._linear_groups(h, w.gate_up_groups)
         act = self.ops.gelu_mul(gate, up) if self.activation == "gelu" else self.ops.silu_mul(gate, up)
         return self.ops.linear(act, w.w_down)

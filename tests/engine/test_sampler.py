@@ -69,3 +69,33 @@ def test_invalid_params_rejected():
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError):
         SamplingParams(top_p=0)
+
+
+def test_presence_and_frequency_penalties_count_generated_tokens():
+    from pocketcli.engine.sampler import apply_presence_frequency_penalty
+
+    out = apply_presence_frequency_penalty(LOGITS, np.array([1, 1, 2]), presence=0.5, frequency=0.25)
+    assert out[1] == pytest.approx(3.0 - 0.5 - 0.5) and out[2] == pytest.approx(2.0 - 0.75)
+    assert out[0] == LOGITS[0]
+
+
+def test_penalties_skip_the_prompt():
+    params = SamplingParams(temperature=0, presence_penalty=2.0)
+    # token 1 is the argmax; it appears only in the prompt, so it is not penalized
+    assert Sampler().sample(LOGITS, params, 0, [1, 1], num_prompt_tokens=2) == 1
+    assert Sampler().sample(LOGITS, params, 0, [1, 1], num_prompt_tokens=1) == 2
+
+
+def test_logit_bias_forces_a_token():
+    from pocketcli.engine.sampler import apply_logit_bias
+
+    assert apply_logit_bias(LOGITS, {3: 10.0})[3] == pytest.approx(9.0)
+    assert Sampler().sample(LOGITS, SamplingParams(temperature=0, logit_bias={4: 100.0}), 0, []) == 4
+    params = SamplingParams(temperature=1.0, logit_bias={1: -100.0, 2: -100.0}, seed=0, top_k=0, min_p=0.0)
+    assert 1 not in {Sampler().sample(LOGITS, params, 0, []) for _ in range(50)}
+
+
+def test_log_softmax_normalizes():
+    from pocketcli.engine.sampler import log_softmax
+
+    assert np.exp(log_softmax(LOGITS)).sum() == pytest.approx(1.0)

@@ -1,0 +1,210 @@
+"""A Hugging Face model directory (config.json + safetensors) behind the same interface as GGUFFile.
+
+Large weights stay zero-copy views of the mapped shards (BF16/F16/F32, FP8 E4M3 at 1 byte per weight with its
+scales); only 1-D tensors are copied to float32 (norms, biases), where HF conventions differ from GGUF's
+(gemma3 stores norm weights as w and applies 1 + w).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from .errors import ModelFileError
+from .fp8_layout import FP8_STORAGE_TYPE, dequantize_fp8, make_fp8_scales
+from .hf_config import hf_metadata, llama3_freq_factors, rope_metadata
+from .hf_name_map import gguf_name, is_norm
+from .reader import TensorInfo
+from .safetensors_reader import SafetensorInfo, open_safetensors_dir
+from .weight_tensor import WeightTensor, make_weight_tensor
+
+GGML_TYPE_OF_DTYPE = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "F8_E4M3": FP8_STORAGE_TYPE}
+COPIED = -1  # TensorInfo.offset of tensors built in memory (float32 copies, synthetic rope factors)
+
+
+def read_json(path: Path, required: bool = False) -> dict:
+    if not path.exists():
+        if required:
+            raise ModelFileError(f"{path.parent}: not a Hugging Face model directory (no {path.name})")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFileError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{path}: expected a JSON object")
+    return data
+
+
+def to_float32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "F32":
+        return raw.view(np.float32).copy()
+    if dtype == "F16":
+        return raw.view(np.float16).astype(np.float32)
+    if dtype == "BF16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    raise ModelFileError(f"cannot convert {dtype} to float32")
+
+
+class HFCheckpoint:
+    """`metadata` (GGUF keys), `tensor_infos` / `tensor(name)` / `has_tensor(name)` under our tensor names."""
+
+    format = "safetensors"
+    version = 0  # GGUFFile compatibility: no GGUF version
+
+    def __init__(self, path: str | os.PathLike):
+        self.dir = Path(path)
+        self.path = str(path)
+        self.config = read_json(self.dir / "config.json", required=True)
+        self.metadata: dict[str, Any] = hf_metadata(self.config, self.path)
+        self.metadata["general.name"] = self.dir.name
+        self.quantization_config: dict = self.config.get("quantization_config") or {}
+        hf_infos, self._files = open_safetensors_dir(self.dir)
+        self.file_size = sum(f.file_size for f in self._files)
+        self._hf_infos = hf_infos
+        self._names = {ours: info for name, info in hf_infos.items()
+                       if (ours := gguf_name(name, self.architecture))}
+        self._copies: dict[str, np.ndarray] = {}  # our name -> float32 array (1-D tensors, rope factors)
+        self._add_rope_factors()
+        self.tensor_infos = {name: self._tensor_info(name) for name in self._all_names()}
+        self.metadata.update(tokenizer_metadata(self.dir))
+
+    @property
+    def architecture(self) -> str:
+        return self.metadata["general.architecture"]
+
+    # --- the GGUFFile interface ------------------------------------------------------------------------------
+    def has_tensor(self, name: str) -> bool:
+        return name in self.tensor_infos
+
+    def tensor(self, name: str) -> WeightTensor:
+        if name in self._copies or len(self._names[name].shape) == 1:
+            values = self._float_copy(name)
+            return make_weight_tensor(name, QT.F32, values.shape, values.view(np.uint8))
+        info = self._names[name]
+        raw = info.file.raw(info)
+        if info.dtype == "F8_E4M3":
+            return self._fp8_tensor(name, info, raw)
+        return make_weight_tensor(name, GGML_TYPE_OF_DTYPE[info.dtype], info.shape, raw)
+
+    def type_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for info in self._hf_infos.values():
+            counts[info.dtype] = counts.get(info.dtype, 0) + 1
+        return counts
+
+    # --- building tensors -----------------------------------------------------------------------------------
+    def _all_names(self) -> list[str]:
+        return sorted(set(self._names) | set(self._copies))
+
+    def _tensor_info(self, name: str) -> TensorInfo:
+        if name in self._copies:
+            return TensorInfo(name, int(QT.F32), self._copies[name].shape, COPIED)
+        info = self._names[name]
+        ggml_type = QT.F32 if len(info.shape) == 1 else GGML_TYPE_OF_DTYPE[info.dtype]
+        return TensorInfo(name, int(ggml_type), info.shape, COPIED if len(info.shape) == 1 else info.begin)
+
+    def _float_copy(self, name: str) -> np.ndarray:
+        """A 1-D tensor as float32 (copied once), with gemma3's 1 + w norms."""
+        if name not in self._copies:
+            info = self._names[name]
+            values = to_float32(info.file.raw(info), info.dtype)
+            if self.architecture == "gemma3" and is_norm(name):
+                values = values + np.float32(1.0)
+                if name.endswith("attn_q_norm.weight"):
+                    values *= np.float32(self._gemma3_query_scale_fix())
+            self._copies[name] = values
+        return self._copies[name]
+
+    def _gemma3_query_scale_fix(self) -> float:
+        """Gemma3Model scales scores by 1/sqrt(head_dim) (27B: hidden/heads); config's query_pre_attn_scalar
+        may differ, so the q norm carries the ratio (rope and the dot product are linear in q)."""
+        m = self.metadata
+        head_dim = m["gemma3.attention.key_length"]
+        if m["gemma3.block_count"] == 62:
+            head_dim = m["gemma3.embedding_length"] / m["gemma3.attention.head_count"]
+        scalar = float(self.config.get("query_pre_attn_scalar") or head_dim)
+        return math.sqrt(head_dim / scalar)
+
+    def _add_rope_factors(self) -> None:
+        _, params = rope_metadata(self.architecture, self.config, self.path)
+        factors = llama3_freq_factors(params, self.metadata[f"{self.architecture}.attention.key_length"])
+        if factors is not None:
+            self._copies["rope_freqs.weight"] = factors
+
+    def _fp8_tensor(self, name: str, info: SafetensorInfo, raw: np.ndarray) -> WeightTensor:
+        if len(info.shape) != 2:
+            raise ModelFileError(f"{self.path}: FP8 tensor {info.name} is not a matrix")
+        scale_info = self._scale_info(info.name)
+        scales = to_float32(scale_info.file.raw(scale_info), scale_info.dtype).reshape(scale_info.shape)
+        block = self.quantization_config.get("weight_block_size")
+        fp8 = make_fp8_scales(info.name, scales, info.shape, tuple(block) if block else None)
+        tensor = make_weight_tensor(name, FP8_STORAGE_TYPE, info.shape, raw)
+        return WeightTensor(tensor.name, tensor.ggml_type, tensor.shape, tensor.data, fp8=fp8)
+
+    def _scale_info(self, weight_name: str) -> SafetensorInfo:
+        for candidate in (weight_name + "_scale_inv", weight_name + "_scale"):
+            if candidate in self._hf_infos:
+                return self._hf_infos[candidate]
+        raise ModelFileError(f"{self.path}: FP8 tensor {weight_name} has no weight_scale_inv or weight_scale")
+
+    def dequantized(self, name: str) -> np.ndarray:
+        """float32 copy of any tensor (tests and tools; the engine never calls this)."""
+        w = self.tensor(name)
+        if w.fp8 is not None:
+            return dequantize_fp8(w.data, w.fp8)
+        return to_float32(np.ascontiguousarray(w.data).reshape(-1), w.ggml_type.name).reshape(w.shape)
+
+
+def tokenizer_metadata(model_dir: Path) -> dict[str, Any]:
+    """GGUF tokenizer keys the chat template and `pocket info` read: tokens, BOS/EOS ids, chat template."""
+    tok_config = read_json(model_dir / "tokenizer_config.json")
+    out: dict[str, Any] = {"tokenizer.ggml.model": "huggingface"}
+    template = tok_config.get("chat_template")
+    jinja_path = model_dir / "chat_template.jinja"
+    if not template and jinja_path.exists():
+        template = jinja_path.read_text(encoding="utf-8")
+    if isinstance(template, list):  # named templates: take the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    if template:
+        out["tokenizer.chat_template"] = template
+    tokens = _vocab_tokens(model_dir / "tokenizer.json")
+    if tokens:
+        out["tokenizer.ggml.tokens"] = tokens
+        ids = {text: i for i, text in enumerate(tokens)}
+        for key in ("bos", "eos"):
+            text = special_text(tok_config.get(f"{key}_token"))
+            if text in ids:
+                out[f"tokenizer.ggml.{key}_token_id"] = ids[text]
+    return out
+
+
+def special_text(value) -> str | None:
+    """tokenizer_config.json writes special tokens as a string or as {"content": ...}."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _vocab_tokens(path: Path) -> list[str]:
+    data = read_json(path)
+    if not data:
+        return []
+    vocab = (data.get("model") or {}).get("vocab") or {}
+    pairs = list(vocab.items()) if isinstance(vocab, dict) else [(p[0], i) for i, p in enumerate(vocab)]
+    pairs += [(t["content"], t["id"]) for t in data.get("added_tokens") or []]
+    if not pairs:
+        return []
+    tokens = [""] * (max(i for _, i in pairs) + 1)
+    for text, i in pairs:
+        tokens[i] = text
+    return tokens
+
+
+def open_hf_checkpoint(path: str | os.PathLike) -> HFCheckpoint:
+    return HFCheckpoint(path)

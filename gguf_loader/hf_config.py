@@ -1,0 +1,131 @@
+"""A Hugging Face config.json as the GGUF metadata keys that read_hparams understands."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelFileError, UnsupportedModelError
+
+# HF architectures / model_type -> our architecture name
+HF_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+    "Gemma3ForCausalLM": "gemma3",
+}
+HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3"}
+
+
+def hf_architecture(config: dict, where: str) -> str:
+    for name in config.get("architectures") or []:
+        if name in HF_ARCHITECTURES:
+            return HF_ARCHITECTURES[name]
+    model_type = config.get("model_type")
+    if model_type in HF_MODEL_TYPES and not config.get("architectures"):
+        return HF_MODEL_TYPES[model_type]
+    named = ", ".join(config.get("architectures") or []) or model_type or "none"
+    raise UnsupportedModelError(f"{where}: unsupported architecture '{named}' "
+                                f"(supported: {', '.join(HF_ARCHITECTURES)})")
+
+
+def _rope_parameters(config: dict, layer_type: str) -> dict:
+    """transformers 5 `rope_parameters` (flat, or per layer type) or the older rope_theta + rope_scaling."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and layer_type in params:
+        params = params[layer_type]
+    if isinstance(params, dict) and "rope_theta" in params:
+        return params
+    params = dict(config.get("rope_scaling") or {})
+    if layer_type == "sliding_attention":
+        return {"rope_type": "default", "rope_theta": config.get("rope_local_base_freq", 10_000.0)}
+    params.setdefault("rope_theta", config.get("rope_theta", 10_000.0))
+    return params
+
+
+def rope_metadata(arch: str, config: dict, where: str) -> tuple[dict[str, Any], dict]:
+    """GGUF rope keys and the full-attention rope parameters (for llama3 frequency factors)."""
+    params = _rope_parameters(config, "full_attention")
+    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    out: dict[str, Any] = {f"{arch}.rope.freq_base": float(params["rope_theta"])}
+    if rope_type == "linear":
+        out[f"{arch}.rope.scaling.type"] = "linear"
+        out[f"{arch}.rope.scaling.factor"] = float(params["factor"])
+    elif rope_type not in ("default", "llama3"):
+        raise UnsupportedModelError(f"{where}: rope scaling type '{rope_type}' is not supported "
+                                    f"(supported: linear, llama3)")
+    if arch == "gemma3":
+        out["gemma3.rope.freq_base_swa"] = float(_rope_parameters(config, "sliding_attention")["rope_theta"])
+    return out, params
+
+
+def llama3_freq_factors(params: dict, head_dim: int) -> np.ndarray | None:
+    """llama.cpp's rope_freqs for rope_type llama3 (the divisor of each pair's inverse frequency)."""
+    if params.get("rope_type", params.get("type")) != "llama3":
+        return None
+    factor, low, high = float(params["factor"]), float(params["low_freq_factor"]), float(params["high_freq_factor"])
+    old_context = float(params["original_max_position_embeddings"])
+    inv_freq = 1.0 / float(params["rope_theta"]) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factors = []
+    for freq in inv_freq:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_context / high:
+            factors.append(1.0)
+        elif wavelen > old_context / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(factors, dtype=np.float32)
+
+
+def sliding_pattern(config: dict, num_layers: int, where: str) -> int:
+    """n such that every layer but each n-th is a sliding one (hparams' layout), from layer_types or the
+    older sliding_window_pattern; 0 when no layer slides."""
+    layer_types = config.get("layer_types")
+    if not layer_types:
+        return int(config.get("sliding_window_pattern") or 6)
+    sliding = [t == "sliding_attention" for t in layer_types]
+    if not any(sliding):
+        return 0
+    pattern = sliding.index(False) + 1 if not all(sliding) else num_layers + 1
+    if any(s != (i % pattern < pattern - 1) for i, s in enumerate(sliding)):
+        raise UnsupportedModelError(f"{where}: layer_types {layer_types} do not follow an n-1 sliding : "
+                                    f"1 global pattern")
+    return pattern
+
+
+def hf_metadata(config: dict, where: str) -> dict[str, Any]:
+    """GGUF-style metadata (general.architecture, <arch>.block_count, ...) for an HF config."""
+    arch = hf_architecture(config, where)
+    try:
+        hidden, num_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        num_layers = int(config["num_hidden_layers"])
+        meta: dict[str, Any] = {
+            "general.architecture": arch,
+            f"{arch}.context_length": int(config.get("max_position_embeddings", 4096)),
+            f"{arch}.embedding_length": hidden,
+            f"{arch}.block_count": num_layers,
+            f"{arch}.feed_forward_length": int(config["intermediate_size"]),
+            f"{arch}.attention.head_count": num_heads,
+            f"{arch}.attention.head_count_kv": int(config.get("num_key_value_heads") or num_heads),
+            f"{arch}.attention.key_length": int(config.get("head_dim") or hidden // num_heads),
+            f"{arch}.attention.layer_norm_rms_epsilon": float(config.get("rms_norm_eps", 1e-6)),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{where}: config.json is missing or has a bad {exc}") from None
+    rope, _ = rope_metadata(arch, config, where)
+    meta.update(rope)
+    if arch == "llama":
+        meta["llama.rope.is_neox"] = True  # HF llama q/k are not permuted like GGUF's: rotate-half pairs
+        if config.get("attention_bias") or config.get("mlp_bias"):
+            raise UnsupportedModelError(f"{where}: llama with attention_bias/mlp_bias is not supported")
+    if arch in ("qwen2", "qwen3") and config.get("use_sliding_window"):
+        raise UnsupportedModelError(f"{where}: {arch} with use_sliding_window is not supported")
+    if arch == "gemma3":
+        pattern = sliding_pattern(config, num_layers, where)
+        meta["gemma3.attention.sliding_window"] = int(config.get("sliding_window") or 0) if pattern else 0
+        meta["gemma3.attention.sliding_window_pattern"] = pattern
+        for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+            if config.get(key):
+                meta[f"gemma3.{key}"] = float(config[key])
+    return meta

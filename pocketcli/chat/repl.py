@@ -1,0 +1,105 @@
+"""`pocket chat --plain`: a prompt_toolkit REPL (persistent history, multi-line input) streaming replies
+through rich; with stdin not a terminal it answers the whole of stdin once and exits."""
+from __future__ import annotations
+
+import sys
+from contextlib import closing
+
+from rich.console import Console
+
+from ..paths import history_file
+from .session import ChatSession
+from .slash import is_slash, run_slash
+
+BANNER = "[bold]pocket chat[/] · model [cyan]{model}[/] · Enter sends, Ctrl+J or Alt+Enter adds a line, " \
+         "/help lists commands, Ctrl+C stops a reply, Ctrl+D quits"
+
+
+def run_pipe(session: ChatSession, text: str) -> int:
+    session.load_model()
+    session.send(text)
+    for piece in session.stream_reply():
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def run_repl(session: ChatSession, console: Console | None = None) -> int:
+    console = console or Console(highlight=False)
+    with console.status(f"loading {session.model_label}..."):
+        session.load_model()
+    console.print(BANNER.format(model=session.model_label))
+    prompt_session = make_prompt_session()
+    while True:
+        try:
+            line = prompt_session.prompt("> ")
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return 0
+        if not line.strip():
+            continue
+        if line.strip() in ("/quit", "/exit"):
+            return 0
+        if is_slash(line):
+            run_repl_slash(session, line, console)
+            continue
+        session.send(line)
+        stream_to_console(session, console)
+
+
+def run_repl_slash(session: ChatSession, line: str, console: Console) -> None:
+    result = run_slash(session, line)
+    console.print(result.text, style="red" if result.action == "error" else "dim", markup=False)
+    if result.action == "model":
+        try:
+            with console.status(f"loading {result.arg}..."):
+                session.load_model(result.arg)
+            console.print(f"model: {session.model_label}", style="dim")
+        except Exception as exc:  # a bad name or file must not end the chat
+            console.print(f"cannot load {result.arg}: {exc}", style="red", markup=False)
+    elif result.action == "reload":
+        for turn in session.conversation.path():
+            console.print(("> " if turn.role == "user" else "") + turn.content, markup=False)
+
+
+def stream_to_console(session: ChatSession, console: Console) -> None:
+    try:
+        with closing(session.stream_reply()) as pieces:
+            for piece in pieces:
+                console.print(piece, end="", markup=False, soft_wrap=True, style="green")
+        console.print()
+    except KeyboardInterrupt:
+        console.print("\n(stopped)", style="dim")
+    except Exception as exc:  # a failed reply must not end the chat
+        console.print(f"\nerror: {exc}", style="red", markup=False)
+
+
+def make_prompt_session():
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.key_binding import KeyBindings
+
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    def _send(event):
+        event.current_buffer.validate_and_handle()
+
+    @bindings.add("c-j")
+    @bindings.add("escape", "enter")
+    def _newline(event):
+        event.current_buffer.insert_text("\n")
+
+    @bindings.add("c-d")
+    def _quit(event):
+        if event.current_buffer.text:
+            event.current_buffer.delete()
+        else:
+            event.app.exit(exception=EOFError)
+
+    path = history_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return PromptSession(history=FileHistory(str(path)), multiline=True, key_bindings=bindings,
+                         prompt_continuation=lambda width, line_number, soft_wrap: "." * (width - 1) + " ")

@@ -1,0 +1,53 @@
+"""`pocket chat`: the Textual chat app, or with --plain (or stdin not a terminal) a plain REPL."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..chat.session import ChatSession, ChatSettings, EngineOptions
+from ..errors import UsageError
+from .common import add_engine_arguments, add_model_argument, set_cpu_threads, warn_if_first_run
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("chat", help="chat with a model (Textual app; --plain for a simple REPL)")
+    add_model_argument(p)
+    p.add_argument("--system", default="", help="system prompt")
+    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per reply at most (default 512)")
+    p.add_argument("--temperature", "--temp", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=None)
+    add_engine_arguments(p)
+    p.add_argument("--plain", action="store_true", help="plain prompt_toolkit REPL instead of the Textual app")
+    p.add_argument("--no-save", action="store_true", help="do not save the conversation")
+    p.set_defaults(run=run)
+
+
+def make_session(args: argparse.Namespace) -> ChatSession:
+    settings = ChatSettings(system=args.system, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed)
+    options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=args.backend)
+    return ChatSession(model=args.model, settings=settings, engine_options=options, autosave=not args.no_save)
+
+
+def run(args: argparse.Namespace) -> int:
+    set_cpu_threads(args.threads)
+    session = make_session(args)
+    if not sys.stdin.isatty():
+        text = sys.stdin.read().strip()
+        if not text:
+            raise UsageError("no prompt on stdin")
+        from ..chat.repl import run_pipe
+
+        return run_pipe(session, text)
+    warn_if_first_run(args.backend)
+    if args.plain:
+        from ..chat.repl import run_repl
+
+        return run_repl(session)
+    from tui import make_app  # the app sits above pocketcli; imported only when asked for
+
+    make_app(session=session).run()
+    return 0

@@ -1,0 +1,82 @@
+"""`pocket serve`: an OpenAI-compatible HTTP server (FastAPI + uvicorn); one thread owns the engine."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+
+from ..config import EngineConfig
+from ..errors import UsageError
+from ..registry import load_registry, resolve_model
+from .common import add_engine_arguments, add_model_argument, set_cpu_threads, warn_if_first_run
+
+log = logging.getLogger("pocketcli.serve")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve the OpenAI API (chat/completions, completions, metrics)")
+    add_model_argument(p)
+    add_engine_arguments(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--max-num-seqs", type=int, default=8, help="sequences decoded together (default 8)")
+    p.add_argument("--api-key", default=os.environ.get("POCKET_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $POCKET_API_KEY, else no key)")
+    p.add_argument("--served-model-name", default=None, help="model name in the API (default: -m or registry)")
+    p.add_argument("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
+    p.set_defaults(run=run)
+
+
+def served_model_name(args: argparse.Namespace) -> str:
+    if args.served_model_name:
+        return args.served_model_name
+    if args.model:
+        return os.path.splitext(os.path.basename(args.model))[0]
+    return load_registry().default
+
+
+def make_engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
+                        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
+                        backend=args.backend, enable_prefix_caching=not args.no_prefix_caching)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..server import make_app
+
+    if not 0 <= args.port < 65536:
+        raise UsageError(f"--port must be in [0, 65535], got {args.port}")
+    set_cpu_threads(args.threads)
+    config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
+    app = make_app(None, served_model_name(args), args.api_key)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                                           timeout_graceful_shutdown=5))
+    loader = threading.Thread(target=load_engine, args=(app, config, server, args.backend), daemon=True)
+    loader.start()
+    server.run()
+    engine_loop = app.state.server.engine_loop
+    if engine_loop is not None:
+        engine_loop.stop()
+    if app.state.server.load_error:
+        raise UsageError(app.state.server.load_error)
+    return 0
+
+
+def load_engine(app, config: EngineConfig, server, backend: str) -> None:
+    """Load in the background so /health can answer 503 while loading; a load failure stops the server."""
+    from ..engine.engine_loop import EngineLoop
+    from ..engine.llm_engine import LLMEngine
+
+    try:
+        warn_if_first_run(backend)
+        engine = LLMEngine(config)
+        app.state.server.attach(EngineLoop(engine).start())
+        print(f"pocket serve: {app.state.server.model_name} ready (context {engine.max_model_len}, "
+              f"{config.max_num_seqs} sequences, {engine.block_manager.num_blocks} KV blocks)", file=sys.stderr)
+    except Exception as exc:  # reported by run() as a one-line error, exit code 2
+        app.state.server.load_error = str(exc)
+        server.should_exit = True

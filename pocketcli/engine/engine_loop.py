@@ -1,0 +1,192 @@
+"""One background thread owns the LLMEngine; other threads talk to it only through queues.
+
+Callers `submit` a Request and get what it produces delivered to a sink (by default a queue.Queue they read):
+GenerationChunk objects (text delta, token ids, logprobs; the last one carries finish_reason and stats), an
+Exception if the request failed, and then `None`, which always ends the stream. `abort(request_id)` is safe
+from any thread: the engine thread frees the request's KV blocks before its next step.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..sampling_params import SamplingParams
+from .llm_engine import LLMEngine
+from .outputs import GenerationChunk
+from .request_stream import RequestStream
+
+log = logging.getLogger(__name__)
+
+StreamItem = GenerationChunk | Exception | None
+Sink = Callable[[StreamItem], None]
+
+_request_counter = itertools.count()
+
+
+@dataclass
+class Request:
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    request_id: str = field(default_factory=lambda: f"req-{next(_request_counter)}")
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A point-in-time view for /metrics and /health (read without locking: each field is one int read)."""
+    num_running: int
+    num_waiting: int
+    num_blocks_used: int
+    num_blocks_free: int
+    num_blocks: int
+    prefix_cache_hit_rate: float
+    num_prefix_query_tokens: int
+    num_prefix_hit_tokens: int
+
+
+@dataclass
+class _Tracked:
+    request: Request
+    stream: RequestStream
+    sink: Sink
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._inbox: queue.Queue = queue.Queue()
+        self._tracked: dict[int, _Tracked] = {}  # seq_id -> request; touched only by the engine thread
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._stopping = False
+
+    # ---- any thread
+
+    def start(self) -> "EngineLoop":
+        self._thread.start()
+        return self
+
+    def submit(self, request: Request, sink: Sink | None = None) -> queue.Queue | None:
+        """Queue a request; without a sink, returns the queue.Queue its stream items arrive on. A sink is called
+        on the engine thread: it must not block (e.g. `loop.call_soon_threadsafe(asyncio_queue.put_nowait, ...)`)."""
+        out = None
+        if sink is None:
+            out = queue.Queue()
+            sink = out.put
+        if self._stopping:
+            _deliver(sink, RuntimeError("the engine loop has stopped"))
+            _deliver(sink, None)
+        else:
+            self._inbox.put(("submit", request, sink))
+        return out
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id, None))
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._inbox.put(("stop", None, None))
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def stats(self) -> EngineStats:
+        scheduler, manager = self.engine.scheduler, self.engine.block_manager
+        return EngineStats(len(scheduler.running), len(scheduler.waiting), manager.num_used_blocks,
+                           manager.num_free_blocks, manager.num_blocks, manager.prefix_cache_hit_rate,
+                           manager.num_prefix_query_tokens, manager.num_prefix_hit_tokens)
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ---- the engine thread
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self._drain_inbox(block=not self.engine.has_unfinished())
+                if not self._stopping and self.engine.has_unfinished():
+                    self._step()
+        finally:
+            self._stopping = True
+            self._fail_all(RuntimeError("the engine loop has stopped"))
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            message = self._inbox.get(block=block)
+            while True:
+                self._handle(*message)
+                message = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _handle(self, kind: str, payload, sink: Sink | None) -> None:
+        if kind == "submit":
+            self._add(payload, sink)
+        elif kind == "abort":
+            self._abort(payload)
+        elif kind == "stop":
+            self._stopping = True
+
+    def _add(self, request: Request, sink: Sink) -> None:
+        try:
+            seq = self.engine.add_request(request.prompt_token_ids, request.params)
+        except Exception as exc:  # bad request: the caller gets the error, the loop goes on
+            _deliver(sink, exc)
+            _deliver(sink, None)
+            return
+        self._tracked[seq.seq_id] = _Tracked(request, RequestStream(self.engine, seq), sink)
+
+    def _abort(self, request_id: str) -> None:
+        for seq_id, tracked in list(self._tracked.items()):
+            if tracked.request.request_id == request_id:
+                self._end(seq_id, tracked.stream.aborted())
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as exc:  # an engine failure fails the requests in flight, not the server
+            log.exception("engine step failed")
+            self._fail_all(exc)
+            return
+        for output in outputs:
+            tracked = self._tracked.get(output.seq_id)
+            if tracked is None:
+                continue
+            chunk = tracked.stream.process(output)
+            if chunk.finish_reason:
+                self._end(output.seq_id, chunk)
+            elif not _deliver(tracked.sink, chunk):
+                self._end(output.seq_id, tracked.stream.aborted())
+
+    def _end(self, seq_id: int, last_chunk: GenerationChunk) -> None:
+        tracked = self._tracked.pop(seq_id)
+        seq = tracked.stream.seq
+        if not seq.is_finished:
+            self.engine.abort(seq)  # frees its blocks now
+        _deliver(tracked.sink, last_chunk)
+        _deliver(tracked.sink, None)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """Every request in flight, and (once stopping) every one still queued, gets `exc` and its end."""
+        while self._stopping and not self._inbox.empty():
+            kind, payload, sink = self._inbox.get_nowait()
+            if kind == "submit":
+                _deliver(sink, exc)
+                _deliver(sink, None)
+        for seq_id, tracked in list(self._tracked.items()):
+            self._tracked.pop(seq_id)
+            if not tracked.stream.seq.is_finished:
+                self.engine.abort(tracked.stream.seq)
+            _deliver(tracked.sink, exc)
+            _deliver(tracked.sink, None)
+
+
+def _deliver(sink: Sink, item: StreamItem) -> bool:
+    """False when the receiver is gone (e.g. its event loop closed): the request is then aborted."""
+    try:
+        sink(item)
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,24 @@
+"""The FastAPI app, built by a factory that tests call: `make_app(engine_loop, model_name=...)`."""
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from ..engine.engine_loop import EngineLoop
+from ..tokenizer import ChatTemplate
+from .errors import install_error_handlers
+from .routes import api, router
+from .state import ServerState
+
+
+def make_app(engine_loop: EngineLoop | None, model_name: str = "default", api_key: str | None = None,
+             chat_template: ChatTemplate | None = None) -> FastAPI:
+    """engine_loop may be None while the model loads (then /health is 503); attach it later with
+    `app.state.server.attach(engine_loop)`."""
+    app = FastAPI(title="PocketLLM", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = ServerState(model_name=model_name, api_key=api_key)
+    if engine_loop is not None:
+        app.state.server.attach(engine_loop, chat_template)
+    install_error_handlers(app)
+    app.include_router(router)
+    app.include_router(api)
+    return app

@@ -1,0 +1,74 @@
+"""Prometheus metrics for one app (its own registry, so several apps in one process never collide)."""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..engine.engine_loop import EngineStats
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class ServerMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self):
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter("pocket_requests", "HTTP API requests", ["endpoint", "status"], registry=registry)
+        self.finished = Counter("pocket_request_finished", "Finished choices by reason", ["finish_reason"],
+                                registry=registry)
+        self.prompt_tokens = Counter("pocket_prompt_tokens", "Prompt tokens processed", registry=registry)
+        self.generation_tokens = Counter("pocket_generation_tokens", "Tokens generated", registry=registry)
+        self.ttft = Histogram("pocket_time_to_first_token_seconds", "Time from request to first token",
+                              buckets=LATENCY_BUCKETS, registry=registry)
+        self.itl = Histogram("pocket_inter_token_latency_seconds", "Time between streamed tokens",
+                             buckets=LATENCY_BUCKETS, registry=registry)
+        self.e2e = Histogram("pocket_e2e_request_latency_seconds", "Time from request to last token",
+                             buckets=LATENCY_BUCKETS, registry=registry)
+        self.running = Gauge("pocket_num_requests_running", "Sequences running in the engine", registry=registry)
+        self.waiting = Gauge("pocket_num_requests_waiting", "Sequences waiting in the engine", registry=registry)
+        self.blocks_used = Gauge("pocket_kv_blocks_used", "KV cache blocks held by sequences", registry=registry)
+        self.blocks_free = Gauge("pocket_kv_blocks_free", "KV cache blocks free (cached or empty)",
+                                 registry=registry)
+        self.hit_rate = Gauge("pocket_prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / looked up",
+                              registry=registry)
+        self.prefix_queries = Gauge("pocket_prefix_cache_queries_tokens", "Prompt tokens looked up in the cache",
+                                    registry=registry)
+        self.prefix_hits = Gauge("pocket_prefix_cache_hits_tokens", "Prompt tokens found in the cache",
+                                 registry=registry)
+
+    def render(self, stats: EngineStats | None) -> bytes:
+        if stats is not None:
+            self.running.set(stats.num_running)
+            self.waiting.set(stats.num_waiting)
+            self.blocks_used.set(stats.num_blocks_used)
+            self.blocks_free.set(stats.num_blocks_free)
+            self.hit_rate.set(stats.prefix_cache_hit_rate)
+            self.prefix_queries.set(stats.num_prefix_query_tokens)
+            self.prefix_hits.set(stats.num_prefix_hit_tokens)
+        return generate_latest(self.registry)
+
+
+class ChoiceTimer:
+    """Per-choice latency observations: TTFT on the first token, inter-token latency after it."""
+
+    def __init__(self, metrics: ServerMetrics, started: float):
+        self.metrics = metrics
+        self.started = started
+        self.last_token_at: float | None = None
+
+    def on_tokens(self, num_tokens: int) -> None:
+        if not num_tokens:
+            return
+        now = time.perf_counter()
+        if self.last_token_at is None:
+            self.metrics.ttft.observe(now - self.started)
+        else:
+            self.metrics.itl.observe((now - self.last_token_at) / num_tokens)
+        self.metrics.generation_tokens.inc(num_tokens)
+        self.last_token_at = now
+
+    def on_finish(self, finish_reason: str) -> None:
+        self.metrics.finished.labels(finish_reason).inc()
+        self.metrics.e2e.observe(time.perf_counter() - self.started)

@@ -1,0 +1,95 @@
+"""EngineLoop: one thread owns the engine; requests in and typed chunks out through queues."""
+import threading
+
+import pytest
+
+from pocketcli.config import EngineConfig
+from pocketcli.engine.engine_loop import EngineLoop, Request
+from pocketcli.engine.generation import stream_generate
+from pocketcli.engine.llm_engine import LLMEngine, PromptTooLongError
+from pocketcli.engine.outputs import GenerationChunk
+from pocketcli.registry import resolve_model
+from pocketcli.sampling_params import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    engine_loop = EngineLoop(LLMEngine(EngineConfig(resolve_model(None), ctx_size=128, max_num_seqs=4))).start()
+    yield engine_loop
+    engine_loop.stop()
+
+
+def drain(out_queue, timeout=60):
+    items = []
+    while (item := out_queue.get(timeout=timeout)) is not None:
+        items.append(item)
+    return items
+
+
+def prompt(loop, text="The capital of France is"):
+    return loop.engine.tokenizer.encode(text, add_special=True)
+
+
+def test_chunks_end_with_finish_reason_then_none(loop):
+    chunks = drain(loop.submit(Request(prompt(loop), GREEDY)))
+    assert all(isinstance(c, GenerationChunk) for c in chunks)
+    assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    last = chunks[-1]
+    assert last.finish_reason == "length" and last.stats.num_completion_tokens == 6
+    assert sum(len(c.token_ids) for c in chunks) == 6
+
+
+def test_concurrent_requests_match_a_single_request(loop):
+    ids = prompt(loop, "Once upon a time")
+    outputs = [loop.submit(Request(ids, GREEDY)) for _ in range(3)]
+    texts = ["".join(c.text for c in drain(q)) for q in outputs]
+    assert len(set(texts)) == 1 and texts[0]
+    assert loop.stats().num_blocks_used == 0
+
+
+def test_errors_are_forwarded_and_the_loop_goes_on(loop):
+    items = drain(loop.submit(Request(list(range(1, 200)), GREEDY)))
+    assert len(items) == 1 and isinstance(items[0], PromptTooLongError)
+    assert drain(loop.submit(Request(prompt(loop), GREEDY)))[-1].finish_reason == "length"
+
+
+def test_abort_from_another_thread_frees_blocks_at_once(loop):
+    request = Request(prompt(loop), SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))
+    out = loop.submit(request)
+    first = out.get(timeout=60)
+    assert isinstance(first, GenerationChunk)
+    threading.Thread(target=loop.abort, args=(request.request_id,)).start()
+    rest = drain(out)
+    assert rest[-1].finish_reason == "abort"
+    assert sum(len(c.token_ids) for c in [first, *rest]) < 100
+    stats = loop.stats()
+    assert stats.num_running == 0 and stats.num_blocks_free == stats.num_blocks
+
+
+def test_a_failing_sink_aborts_its_request(loop):
+    calls = []
+
+    def sink(item):
+        calls.append(item)
+        if len(calls) == 1:
+            raise RuntimeError("receiver is gone")
+
+    done = loop.submit(Request(prompt(loop), SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True)), sink)
+    assert done is None
+    drain(loop.submit(Request(prompt(loop), GREEDY)))  # the loop has moved on
+    assert calls[-1] is None and loop.stats().num_blocks_used == 0
+
+
+def test_engine_loop_text_matches_stream_generate():
+    engine = LLMEngine(EngineConfig(resolve_model(None), ctx_size=128))
+    ids = engine.tokenizer.encode("Water boils at", add_special=True)
+    direct = "".join(c.text for c in stream_generate(engine, ids, GREEDY))
+    engine_loop = EngineLoop(engine).start()
+    try:
+        assert "".join(c.text for c in drain(engine_loop.submit(Request(ids, GREEDY)))) == direct
+    finally:
+        engine_loop.stop()
+    late = drain(engine_loop.submit(Request(ids, GREEDY)))
+    assert len(late) == 1 and isinstance(late[0], RuntimeError)

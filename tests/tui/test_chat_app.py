@@ -1,0 +1,177 @@
+"""The Textual chat app driven by Pilot on the tiny model: streaming, Esc, regenerate, edit + branches,
+reopening a saved chat after a restart, slash commands, settings and error toasts."""
+import pytest
+
+from pocketcli.chat.session import ChatSettings, EngineOptions
+from tui import make_app
+from tui.messages import ReplyChunk
+from tui.screens.chat_screen import ChatScreen
+from tui.widgets.chat_input import ChatInput
+from tui.widgets.message_view import MessageView
+
+SIZE = (100, 32)
+
+
+def build(tiny_model, **settings):
+    settings = {"temperature": 0.0, "max_tokens": 24, **settings}
+    return make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
+
+
+@pytest.fixture
+def chunks(monkeypatch):
+    """Every ReplyChunk the engine thread posts."""
+    from tui.engine_client import EngineClient
+
+    posted, original = [], EngineClient._post
+
+    def record(self, message):
+        if isinstance(message, ReplyChunk):
+            posted.append(message.text)
+        original(self, message)
+
+    monkeypatch.setattr(EngineClient, "_post", record)
+    return posted
+
+
+async def ready(app, pilot) -> ChatScreen:
+    while not isinstance(app.screen, ChatScreen) or app.screen.model_loading:
+        await pilot.pause(0.02)
+    return app.screen
+
+
+async def idle(screen, pilot) -> None:
+    await pilot.pause(0.02)
+    while screen.generating:
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+async def send(screen, pilot, text: str, typed: bool = False) -> None:
+    prompt = screen.query_one(ChatInput)
+    prompt.focus()
+    if typed:
+        await pilot.press(*text)
+    else:
+        prompt.load_text(text)
+    await pilot.press("enter")
+    await idle(screen, pilot)
+
+
+def views(screen) -> list[tuple[str, str]]:
+    return [(v.role, v.turn.content) for v in screen.query(MessageView)]
+
+
+def headers(screen) -> list[str]:
+    return [v.header() for v in screen.query(MessageView)]
+
+
+async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
+    app = build(tiny_model, max_tokens=200)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await send(screen, pilot, "hello", typed=True)
+        reply = app.session.conversation.path()[-1]
+        assert views(screen) == [("user", "hello"), ("assistant", reply.content)]
+        assert len(chunks) >= 1 and "".join(chunks) == reply.content
+        status = str(screen.query_one("#status").render())
+        assert "tiny-llama.gguf" in status and "tok/s" in status and "/2048" in status
+
+
+async def test_escape_stops_and_keeps_partial_reply(tiny_model, data_dir, chunks):
+    app = build(tiny_model, max_tokens=2000)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        screen.query_one(ChatInput).focus()
+        await pilot.press(*"tell me a long story", "enter")
+        while not chunks:
+            await pilot.pause(0.01)
+        await pilot.press("escape")
+        await idle(screen, pilot)
+        reply = app.session.conversation.path()[-1]
+        assert reply.finish_reason == "aborted" and reply.content
+        assert app.session.last_stats.completion_tokens < 2000
+        assert headers(screen)[-1].endswith("(stopped)")
+
+
+async def test_regenerate_then_switch_branch(tiny_model, data_dir):
+    app = build(tiny_model, temperature=1.0)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await send(screen, pilot, "hello")
+        first = views(screen)[-1][1]
+        await pilot.press("ctrl+r")
+        await idle(screen, pilot)
+        assert headers(screen)[-1] == "Assistant  ‹ 2/2 ›"
+        second = views(screen)[-1][1]
+        list(screen.query(MessageView))[-1].focus()
+        await pilot.press("left")
+        await pilot.pause()
+        assert headers(screen)[-1] == "Assistant  ‹ 1/2 ›" and views(screen)[-1][1] == first
+        await pilot.press("right")
+        await pilot.pause()
+        assert views(screen)[-1][1] == second
+
+
+async def test_edit_earlier_turn_and_switch_back(tiny_model, data_dir):
+    app = build(tiny_model)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await send(screen, pilot, "hello")
+        await send(screen, pilot, "more")
+        original = views(screen)
+        list(screen.query(MessageView))[0].focus()
+        await pilot.press("e")
+        prompt = screen.query_one(ChatInput)
+        assert prompt.text == "hello" and prompt.has_focus
+        prompt.clear()
+        await pilot.press(*"bye", "enter")
+        await idle(screen, pilot)
+        assert [role for role, _ in views(screen)] == ["user", "assistant"]
+        assert views(screen)[0] == ("user", "bye") and headers(screen)[0] == "You  ‹ 2/2 ›"
+        list(screen.query(MessageView))[0].focus()
+        await pilot.press("left")
+        await pilot.pause()
+        assert views(screen) == original
+
+
+async def test_saved_chat_reopens_after_restart(tiny_model, data_dir):
+    app = build(tiny_model)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await send(screen, pilot, "remember me")
+        before = views(screen)
+    app = build(tiny_model)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        assert views(screen) == []
+        await pilot.press("ctrl+f", *"remem")
+        await pilot.pause()
+        screen.query_one("#conversations").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert views(screen) == before
+
+
+async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp_path):
+    app = build(tiny_model)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await send(screen, pilot, "/temp 0.4")
+        assert app.session.settings.temperature == 0.4
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        app.screen.query_one("#max_tokens").value = "7"
+        app.screen.query_one("#system").value = "be brief"
+        await pilot.click("#save")
+        await pilot.pause()
+        assert app.session.settings.max_tokens == 7 and app.session.conversation.system == "be brief"
+        await send(screen, pilot, "hello")
+        assert app.session.last_stats.completion_tokens <= 7
+        await send(screen, pilot, f"/export {tmp_path / 'chat.md'}")
+        assert "## User" in (tmp_path / "chat.md").read_text()
+        await send(screen, pilot, "/model /no/such/model.gguf")
+        while screen.model_loading:
+            await pilot.pause(0.02)
+        assert any(n.severity == "error" and "cannot load" in n.message for n in app._notifications)
+        await send(screen, pilot, "still works")  # the old model still answers
+        assert views(screen)[-1][0] == "assistant" and views(screen)[-2] == ("user", "still works")

@@ -1,0 +1,91 @@
+"""`pocket chat --plain` through a pipe and through a pseudo-terminal (pexpect), and a kill -9 mid-reply."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
+from pocketcli.chat.store import ConversationStore
+
+POCKET = [sys.executable, "-m", "pocketcli.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def saved(data_dir) -> list[dict]:
+    files = sorted((data_dir / "conversations").glob("*.json"))
+    return [json.loads(f.read_text()) for f in files]
+
+
+def spawn_chat(tiny_model, *extra) -> pexpect.spawn:
+    args = POCKET[1:] + ["chat", "--plain", "-m", tiny_model, "--temperature", "0", "-c", "2048", *extra]
+    child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), env=dict(os.environ, TERM="dumb"),
+                          encoding="utf-8", timeout=30, dimensions=(40, 200))
+    child.expect("Ctrl\\+D quits")
+    child.expect("> ")
+    return child
+
+
+def test_pipe_prints_reply_and_exits(tiny_model, data_dir):
+    result = subprocess.run(POCKET + ["chat", "-m", tiny_model, "--temperature", "0", "-n", "8"], cwd=ROOT,
+                            input="Say hi", capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    [conversation] = saved(data_dir)
+    assert [t["role"] for t in conversation["turns"]] == ["user", "assistant"]
+    assert conversation["turns"][0]["content"] == "Say hi"
+
+
+def test_pipe_with_empty_stdin_is_a_usage_error(tiny_model, data_dir):
+    result = subprocess.run(POCKET + ["chat", "-m", tiny_model], cwd=ROOT, input="", capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "no prompt" in result.stderr
+
+
+def test_repl_multiline_slash_commands_and_history(tiny_model, data_dir):
+    child = spawn_chat(tiny_model, "-n", "6")
+    child.send("line one\nline two\r")  # \n is Ctrl+J: a new line; \r is Enter: send
+    child.expect("> ")
+    child.send("/temp 0.5\r")
+    child.expect("temperature set to 0.5")
+    child.send("/stats\r")
+    child.expect("tok/s")
+    child.send("/save Plain test\r")
+    child.expect("saved to")
+    child.expect("> ")
+    child.send("/quit\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    [conversation] = saved(data_dir)
+    assert conversation["title"] == "Plain test"
+    assert conversation["turns"][0]["content"] == "line one\nline two"
+    assert "line two" in (data_dir / "chat_history").read_text()
+
+
+def test_kill_9_mid_reply_loses_only_the_unfinished_reply(tiny_model, data_dir):
+    earlier = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
+                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))
+    earlier.reply("first question")
+    child = spawn_chat(tiny_model, "-n", "2000")
+    child.send("/load 1\r")
+    child.expect("opened first question")
+    child.expect("> ")
+    child.send("second question\r")
+    deadline = time.time() + 20
+    while time.time() < deadline and "second question" not in json.dumps(saved(data_dir)):
+        time.sleep(0.005)
+    os.kill(child.pid, signal.SIGKILL)
+    child.close(force=True)
+    [conversation] = saved(data_dir)  # still valid JSON
+    turns = {t["id"]: t for t in conversation["turns"]}
+    leaf = turns[conversation["leaf_id"]]
+    assert leaf["role"] == "user" and leaf["content"] == "second question"
+    previous = turns[leaf["parent_id"]]
+    assert previous["role"] == "assistant" and previous["content"] == earlier.conversation.path()[-1].content
+    assert not list((data_dir / "conversations").glob("*.tmp"))

@@ -1,0 +1,67 @@
+"""ChatSession on the tiny model: replies, stop keeps the partial reply, regenerate and edit make branches,
+slash commands."""
+import pytest
+
+from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
+from pocketcli.chat.slash import run_slash
+from pocketcli.chat.store import ConversationStore
+
+
+@pytest.fixture
+def session(tiny_model, data_dir):
+    session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=12),
+                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))
+    session.load_model()
+    return session
+
+
+def test_reply_is_saved_with_stats(session):
+    reply = session.reply("hello")
+    assert reply and session.last_stats.completion_tokens == 12 and session.last_stats.finish_reason == "length"
+    saved = session.store.load(session.conversation.id)
+    assert [t.role for t in saved.path()] == ["user", "assistant"] and saved.path()[1].content == reply
+    assert 0 < session.context_used <= session.context_size == 512
+
+
+def test_stop_keeps_partial_reply(session):
+    session.send("hello")
+    pieces = list(session.stream_reply(should_stop=lambda: True))
+    assert len(pieces) == 1
+    last = session.conversation.path()[-1]
+    assert last.role == "assistant" and last.finish_reason == "aborted" and last.content == pieces[0]
+    assert session.reply("again")  # the engine is free again
+
+
+def test_regenerate_and_edit_make_branches(session):
+    first = session.reply("hello")
+    session.settings = session.settings.updated(temperature=1.0, seed=7)
+    session.prepare_regenerate()
+    second = "".join(session.stream_reply())
+    answer = session.conversation.path()[-1]
+    assert session.conversation.branch_position(answer.id) == (2, 2) and second != first
+    user = session.conversation.path()[0]
+    session.edit(user.id, "hi instead")
+    "".join(session.stream_reply())
+    assert session.conversation.path()[0].content == "hi instead"
+    session.switch_branch(session.conversation.path()[0].id, -1)
+    assert [t.content for t in session.conversation.path()] == ["hello", second]
+
+
+def test_slash_commands(session, tmp_path):
+    session.reply("hello")
+    assert run_slash(session, "/temp 0.3").text.endswith("0.3") and session.settings.temperature == 0.3
+    assert run_slash(session, "/temp hot").action == "error"
+    run_slash(session, "/system be brief")
+    assert session.conversation.messages()[0] == {"role": "system", "content": "be brief"}
+    assert "tok/s" in run_slash(session, "/stats").text
+    run_slash(session, "/save My chat")
+    exported = tmp_path / "chat.md"
+    run_slash(session, f"/export {exported}")
+    assert exported.read_text().startswith("# My chat")
+    old_id = session.conversation.id
+    assert run_slash(session, "/clear").action == "reload" and session.conversation.id != old_id
+    assert "My chat" in run_slash(session, "/load").text
+    assert run_slash(session, "/load My chat").action == "reload" and session.conversation.id == old_id
+    assert run_slash(session, "/model").text.startswith("model: ")
+    assert run_slash(session, "/nope").action == "error"
+    assert "/export" in run_slash(session, "/help").text

@@ -1,0 +1,50 @@
+"""The chat app: one screen for the conversation, a modal for settings, an engine thread behind them."""
+from __future__ import annotations
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+from pocketcli.chat.session import ChatSession
+
+from .engine_client import EngineClient
+from .screens.chat_screen import ChatScreen
+
+
+class ChatApp(App):
+    TITLE = "pocket chat"
+    # one stylesheet per screen; loaded by the app because Textual reads a Screen's CSS_PATH only for MODES
+    CSS_PATH = ["screens/chat.tcss", "screens/settings.tcss"]
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
+
+    def __init__(self, session: ChatSession):
+        super().__init__()
+        self.session = session
+        self.engine = EngineClient(session)
+
+    def get_default_screen(self) -> ChatScreen:
+        screen = ChatScreen(self.session, self.engine)
+        self.engine.target = screen
+        return screen
+
+    def on_mount(self) -> None:
+        self.run_engine_thread()
+        self.engine.load_model()
+
+    @work(thread=True, name="engine", exit_on_error=False)
+    def run_engine_thread(self) -> None:
+        worker = get_current_worker()
+        self.engine.serve(lambda: worker.is_cancelled)
+
+    async def action_quit(self) -> None:
+        self.engine.close()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        self.engine.close()
+
+
+def make_app(session: ChatSession | None = None, **session_options) -> ChatApp:
+    """The chat app for `session`, or for a new ChatSession(**session_options) (model=..., settings=...)."""
+    return ChatApp(session or ChatSession(**session_options))
