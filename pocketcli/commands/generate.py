@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                           "timings": timings}, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
+        decode_rate = f"{timings['decode_tokens_per_s']:.1f} tok/s" if len(token_ids) > 1 else "n/a"
         print(f"load {timings['load_s']:.2f} s | prompt {len(prompt_ids)} tok, "
               f"{timings['prompt_tokens_per_s']:.1f} tok/s | decode {len(token_ids)} tok, "
-              f"{timings['decode_tokens_per_s']:.1f} tok/s | finish: {last.finish_reason}", file=sys.stderr)
+              f"{decode_rate} | finish: {last.finish_reason}", file=sys.stderr)
     return 0
