@@ -253,3 +253,67 @@ def dot_q3_k(row, x):
                     lanes[32 + j] += d2 * q3_value(byte, high, 2) * x[first + 64 + j]
                     lanes[48 + j] += d3 * q3_value(byte, high, 3) * x[first + 96 + j]
     return lane_sum(lanes, 0, 64)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot4_q8_0_x2(data, rows, x0, x1):
+    """dot4_q8_0 for two tokens at once: each weight is decoded once and used for both (batched decode)."""
+    ra, rb, rc, rd = rows
+    lanes = zeroed_lanes(256)
+    for blk in range(x0.size // 32):
+        base, first = 34 * blk, 32 * blk
+        da, db = read_half(data[ra], base), read_half(data[rb], base)
+        dc, dd = read_half(data[rc], base), read_half(data[rd], base)
+        for j in range(32):
+            x0j, x1j = x0[first + j], x1[first + j]
+            wa = da * np.float32(np.int8(data[ra, base + 2 + j]))
+            wb = db * np.float32(np.int8(data[rb, base + 2 + j]))
+            wc = dc * np.float32(np.int8(data[rc, base + 2 + j]))
+            wd = dd * np.float32(np.int8(data[rd, base + 2 + j]))
+            lanes[j] += wa * x0j
+            lanes[32 + j] += wb * x0j
+            lanes[64 + j] += wc * x0j
+            lanes[96 + j] += wd * x0j
+            lanes[128 + j] += wa * x1j
+            lanes[160 + j] += wb * x1j
+            lanes[192 + j] += wc * x1j
+            lanes[224 + j] += wd * x1j
+    first_token = (lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32))
+    second_token = (lane_sum(lanes, 128, 32), lane_sum(lanes, 160, 32), lane_sum(lanes, 192, 32),
+                    lane_sum(lanes, 224, 32))
+    return first_token, second_token
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def dot4_q5_0_x2(data, rows, x0, x1):
+    """dot4_q5 for Q5_0 and two tokens at once: each weight is decoded once and used for both."""
+    ra, rb, rc, rd = rows
+    lanes = zeroed_lanes(256)
+    for blk in range(x0.size // 32):
+        base, first = 22 * blk, 32 * blk
+        da, db = read_half(data[ra], base), read_half(data[rb], base)
+        dc, dd = read_half(data[rc], base), read_half(data[rd], base)
+        ha, hb = I32(read_u32(data[ra], base + 2)), I32(read_u32(data[rb], base + 2))
+        hc, hd = I32(read_u32(data[rc], base + 2)), I32(read_u32(data[rd], base + 2))
+        for j in range(16):
+            qa_low, qa_high = q5_quants(np.int32(data[ra, base + 6 + j]), ha, j, -16)
+            qb_low, qb_high = q5_quants(np.int32(data[rb, base + 6 + j]), hb, j, -16)
+            qc_low, qc_high = q5_quants(np.int32(data[rc, base + 6 + j]), hc, j, -16)
+            qd_low, qd_high = q5_quants(np.int32(data[rd, base + 6 + j]), hd, j, -16)
+            wa_low, wa_high, wb_low, wb_high = da * qa_low, da * qa_high, db * qb_low, db * qb_high
+            wc_low, wc_high, wd_low, wd_high = dc * qc_low, dc * qc_high, dd * qd_low, dd * qd_high
+            for t in range(2):
+                x = x0 if t == 0 else x1
+                x_low, x_high, at = x[first + j], x[first + 16 + j], 128 * t
+                lanes[at + j] += wa_low * x_low
+                lanes[at + 16 + j] += wa_high * x_high
+                lanes[at + 32 + j] += wb_low * x_low
+                lanes[at + 48 + j] += wb_high * x_high
+                lanes[at + 64 + j] += wc_low * x_low
+                lanes[at + 80 + j] += wc_high * x_high
+                lanes[at + 96 + j] += wd_low * x_low
+                lanes[at + 112 + j] += wd_high * x_high
+    first_token = (lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32))
+    second_token = (lane_sum(lanes, 128, 32), lane_sum(lanes, 160, 32), lane_sum(lanes, 192, 32),
+                    lane_sum(lanes, 224, 32))
+    return first_token, second_token

@@ -2,7 +2,7 @@
 from numba import njit
 
 from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_dot import (dot4_q5, dot4_q8_0, dot_f32, dot_k_quant, dot_q2_k, dot_q3_k, dot_q4_0,
+from kernels_numba.cpu.block_dot import (dot4_q5, dot4_q8_0, dot4_q8_0_x2, dot4_q5_0_x2, dot_f32, dot_k_quant, dot_q2_k, dot_q3_k, dot_q4_0,
                                          dot_q4_1, dot_q6_k)
 from kernels_numba.cpu.iq_dot import dot_iq2_xxs, dot_iq3_xxs, dot_iq4_nl, dot_iq4_xs
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
@@ -48,7 +48,18 @@ def dot_group_into(code, data, first_row, x, x_sums, scratch, out):
     if code == qt.Q8_0 or code == qt.Q5_0 or code == qt.Q5_1:
         last = stop_row - 1  # a short final group repeats its last row; the repeats are not written
         rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
-        for t in range(x.shape[0]):
+        first_single = 0
+        if code == qt.Q8_0 or code == qt.Q5_0:  # token pairs share each decoded weight
+            first_single = x.shape[0] - x.shape[0] % 2
+            for t in range(0, first_single, 2):
+                if code == qt.Q8_0:
+                    pair = dot4_q8_0_x2(data, rows, x[t], x[t + 1])
+                else:
+                    pair = dot4_q5_0_x2(data, rows, x[t], x[t + 1])
+                for g in range(stop_row - first_row):
+                    out[t, first_row + g] = pair[0][g]
+                    out[t + 1, first_row + g] = pair[1][g]
+        for t in range(first_single, x.shape[0]):
             if code == qt.Q8_0:
                 values = dot4_q8_0(data, rows, x[t])
             elif code == qt.Q5_0:
