@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gguf_loader import GGUFFile, UnsupportedModelError, open_gguf
+from gguf_loader import GGUFFile, UnsupportedModelError
 from gguf_loader.hparams import ModelHParams, read_hparams
 from kernels_numba import get_ops
 
