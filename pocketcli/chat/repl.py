@@ -22,6 +22,8 @@ def run_pipe(session: ChatSession, text: str) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    if session.last_stats is not None and session.last_stats.context_note:
+        print(session.last_stats.context_note, file=sys.stderr)
     return 0
 
 
@@ -70,6 +72,8 @@ def stream_to_console(session: ChatSession, console: Console) -> None:
             for piece in pieces:
                 console.print(piece, end="", markup=False, soft_wrap=True, style="green")
         console.print()
+        if session.last_stats is not None and session.last_stats.context_note:
+            console.print(session.last_stats.context_note, style="yellow", markup=False)
     except KeyboardInterrupt:
         console.print("\n(stopped)", style="dim")
     except Exception as exc:  # a failed reply must not end the chat

@@ -46,6 +46,13 @@ class ReplyStats:
     completion_tokens: int = 0
     decode_tokens_per_second: float = 0.0
     finish_reason: str | None = None
+    dropped_turns: int = 0  # oldest turns left out of the prompt so it fits the context
+
+    @property
+    def context_note(self) -> str:
+        if not self.dropped_turns:
+            return ""
+        return f"context full: the oldest {self.dropped_turns} message(s) were left out of this reply's prompt"
 
 
 def make_engine(model_path: str, options: EngineOptions):
@@ -169,9 +176,12 @@ class ChatSession:
         leaf = self.conversation.path()[-1] if self.conversation.leaf_id else None
         if leaf is None or leaf.role != "user":
             raise ValueError("the last turn is not a user turn: nothing to reply to")
-        prompt_ids = self._encode(self.conversation.messages())
+        messages = self.conversation.messages()
+        num_messages = len(messages)
+        prompt_ids = self._encode(messages)
         params = self.settings.sampling_params()
-        pieces, stats, finish_reason = [], ReplyStats(prompt_tokens=len(prompt_ids)), "aborted"
+        pieces, finish_reason = [], "aborted"
+        stats = ReplyStats(prompt_tokens=len(prompt_ids), dropped_turns=num_messages - len(messages))
         started = time.perf_counter()
         chunks = stream_generate(self.engine, prompt_ids, params)
         try:

@@ -6,10 +6,10 @@ import json
 import sys
 import time
 
+from ..chat.session import encode_messages
 from ..engine.generation import stream_generate
 from ..errors import UsageError
 from ..sampling_params import SamplingParams
-from ..tokenizer import make_chat_template
 from .common import add_engine_arguments, add_model_argument, make_engine, read_prompt
 
 
@@ -67,16 +67,10 @@ def chat_messages(args: argparse.Namespace, prompt: str | None) -> list[dict] | 
 
 
 def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[int]:
-    tokenizer = engine.tokenizer
     messages = chat_messages(args, prompt)
     if messages is None:
-        return tokenizer.encode(prompt, add_special=True, parse_special=True)
-    template = make_chat_template(engine.model_file.metadata, engine.hparams.arch)
-    text = template.render(messages, add_generation_prompt=True)
-    # templates usually write BOS themselves; never add a second one
-    bos_text = tokenizer.decode([tokenizer.bos_id], skip_special=False) if tokenizer.bos_id is not None else None
-    add_special = not (bos_text and text.startswith(bos_text))
-    return tokenizer.encode(text, add_special=add_special, parse_special=True)
+        return engine.tokenizer.encode(prompt, add_special=True, parse_special=True)
+    return encode_messages(engine, messages)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,3 +65,20 @@ def test_slash_commands(session, tmp_path):
     assert run_slash(session, "/model").text.startswith("model: ")
     assert run_slash(session, "/nope").action == "error"
     assert "/export" in run_slash(session, "/help").text
+
+
+def test_full_context_drops_oldest_turns_and_says_so(tiny_model, data_dir):
+    session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
+                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=64))
+    session.load_model()
+    for turn in range(6):
+        session.reply(f"turn {turn} " + "word " * 8)
+    stats = session.last_stats
+    assert stats.dropped_turns > 0 and "context full" in stats.context_note
+    assert len(session.conversation.path()) == 12  # the stored conversation keeps every turn
+    assert stats.prompt_tokens < 64
+
+
+def test_reply_that_fits_has_no_context_note(session):
+    session.reply("hello")
+    assert session.last_stats.dropped_turns == 0 and session.last_stats.context_note == ""

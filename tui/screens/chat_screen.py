@@ -106,6 +106,8 @@ class ChatScreen(Screen):
             await self.reply_stream.write(message.text)
 
     async def on_reply_finished(self, message: ReplyFinished) -> None:
+        if message.stats is not None and message.stats.context_note:
+            self.notify(message.stats.context_note, title="Context", severity="warning", timeout=8)
         await self._end_reply()
 
     async def on_reply_failed(self, message: ReplyFailed) -> None:
