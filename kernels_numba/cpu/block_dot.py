@@ -31,6 +31,13 @@ def dot_f32(a, b):
     return total
 
 
+@njit(cache=True, inline="always")
+def four_row_sums(lanes, first):
+    """The totals of four rows whose 32 lanes each lie one after another from `first` (four-row kernels)."""
+    return (lane_sum(lanes, first, 32), lane_sum(lanes, first + 32, 32), lane_sum(lanes, first + 64, 32),
+            lane_sum(lanes, first + 96, 32))
+
+
 @njit(cache=True, fastmath=SUM_FASTMATH)
 def dot4_q8_0(data, rows, x):
     """Dots of four Q8_0 rows (indices `rows`, may repeat) with x; block: d f16 | 32 int8."""
@@ -46,7 +53,7 @@ def dot4_q8_0(data, rows, x):
             lanes[32 + j] += db * np.float32(np.int8(data[rb, base + 2 + j])) * xj
             lanes[64 + j] += dc * np.float32(np.int8(data[rc, base + 2 + j])) * xj
             lanes[96 + j] += dd * np.float32(np.int8(data[rd, base + 2 + j])) * xj
-    return lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32)
+    return four_row_sums(lanes, 0)
 
 
 @njit(cache=True)
@@ -278,10 +285,7 @@ def dot4_q8_0_x2(data, rows, x0, x1):
             lanes[160 + j] += wb * x1j
             lanes[192 + j] += wc * x1j
             lanes[224 + j] += wd * x1j
-    first_token = (lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32))
-    second_token = (lane_sum(lanes, 128, 32), lane_sum(lanes, 160, 32), lane_sum(lanes, 192, 32),
-                    lane_sum(lanes, 224, 32))
-    return first_token, second_token
+    return four_row_sums(lanes, 0), four_row_sums(lanes, 128)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
@@ -313,7 +317,4 @@ def dot4_q5_0_x2(data, rows, x0, x1):
                 lanes[at + 80 + j] += wc_high * x_high
                 lanes[at + 96 + j] += wd_low * x_low
                 lanes[at + 112 + j] += wd_high * x_high
-    first_token = (lane_sum(lanes, 0, 32), lane_sum(lanes, 32, 32), lane_sum(lanes, 64, 32), lane_sum(lanes, 96, 32))
-    second_token = (lane_sum(lanes, 128, 32), lane_sum(lanes, 160, 32), lane_sum(lanes, 192, 32),
-                    lane_sum(lanes, 224, 32))
-    return first_token, second_token
+    return four_row_sums(lanes, 0), four_row_sums(lanes, 128)
