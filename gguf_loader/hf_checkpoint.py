@@ -18,7 +18,8 @@ from gguf import GGMLQuantizationType as QT
 from .errors import ModelFileError
 from .fp8_layout import FP8_STORAGE_TYPE, dequantize_fp8, make_fp8_scales
 from .hf_config import hf_metadata, llama3_freq_factors, rope_metadata
-from .hf_name_map import gguf_name, is_norm
+from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, expert_slot, gguf_name, is_norm, is_unit_offset_norm,
+                          moe_gguf_name)
 from .reader import TensorInfo
 from .safetensors_reader import SafetensorInfo, open_safetensors_dir
 from .weight_tensor import WeightTensor, make_weight_tensor
@@ -68,8 +69,11 @@ class HFCheckpoint:
         self.file_size = sum(f.file_size for f in self._files)
         self._hf_infos = hf_infos
         self._names = {ours: info for name, info in hf_infos.items()
-                       if (ours := gguf_name(name, self.architecture))}
+                       if (ours := self._our_name(name))}
+        self._experts = self._expert_groups(hf_infos)  # stacked name -> each expert's tensor, in order
+        self._add_mtp_metadata()
         self._copies: dict[str, np.ndarray] = {}  # our name -> float32 array (1-D tensors, rope factors)
+        self._stacked_cache: dict[str, WeightTensor] = {}  # stacked experts, built on first use
         self._add_rope_factors()
         self.tensor_infos = {name: self._tensor_info(name) for name in self._all_names()}
         self.metadata.update(tokenizer_metadata(self.dir))
@@ -83,6 +87,8 @@ class HFCheckpoint:
         return name in self.tensor_infos
 
     def tensor(self, name: str) -> WeightTensor:
+        if name in self._experts:
+            return self._stacked_experts(name)
         if name in self._copies or len(self._names[name].shape) == 1:
             values = self._float_copy(name)
             return make_weight_tensor(name, QT.F32, values.shape, values.view(np.uint8))
@@ -100,9 +106,59 @@ class HFCheckpoint:
 
     # --- building tensors -----------------------------------------------------------------------------------
     def _all_names(self) -> list[str]:
-        return sorted(set(self._names) | set(self._copies))
+        return sorted(set(self._names) | set(self._copies) | set(self._experts))
+
+    # --- MoE / hybrid checkpoints: stacked experts, MTP layers ------------------------------------------------
+    def _our_name(self, hf_name: str) -> str | None:
+        arch = self.architecture
+        if arch in MOE_ARCHS or arch in HYBRID_ARCHS:
+            return moe_gguf_name(hf_name, arch, int(self.metadata[f"{arch}.block_count"]))
+        return gguf_name(hf_name, arch)
+
+    def _expert_groups(self, hf_infos: dict[str, SafetensorInfo]) -> dict[str, list[SafetensorInfo]]:
+        if self.architecture not in MOE_ARCHS:
+            return {}
+        slots: dict[str, dict[int, SafetensorInfo]] = {}
+        for hf_name, info in hf_infos.items():
+            slot = expert_slot(hf_name)
+            if slot:
+                slots.setdefault(slot[0], {})[slot[1]] = info
+        num_experts = int(self.metadata.get(f"{self.architecture}.expert_count", 0))
+        groups = {}
+        for name, by_expert in slots.items():
+            if sorted(by_expert) != list(range(num_experts)):
+                raise ModelFileError(f"{self.path}: {name} has experts {sorted(by_expert)}, expected {num_experts}")
+            groups[name] = [by_expert[e] for e in range(num_experts)]
+        return groups
+
+    def _stacked_experts(self, name: str) -> WeightTensor:
+        """One (num_experts, rows, cols) tensor from the per-expert HF tensors (a copy, made once)."""
+        if name not in self._stacked_cache:
+            infos = self._experts[name]
+            if any(info.dtype not in ("F32", "F16", "BF16") or info.shape != infos[0].shape for info in infos):
+                raise ModelFileError(f"{self.path}: experts of {name} must share one float dtype and shape")
+            raw = np.concatenate([np.asarray(info.file.raw(info)) for info in infos])
+            raw.flags.writeable = False
+            shape = (len(infos), *infos[0].shape)
+            self._stacked_cache[name] = make_weight_tensor(name, GGML_TYPE_OF_DTYPE[infos[0].dtype], shape, raw)
+        return self._stacked_cache[name]
+
+    def _add_mtp_metadata(self) -> None:
+        """MTP weights (mtp.*) become block num_hidden_layers, counted in block_count as llama.cpp writes it."""
+        arch = self.architecture
+        if arch not in HYBRID_ARCHS:
+            return
+        num_main = int(self.metadata[f"{arch}.block_count"])
+        if f"blk.{num_main}.nextn.eh_proj.weight" in self._names:
+            num_mtp = 1 + max(int(n.split(".")[1]) for n in self._names if n.startswith("blk.")) - num_main
+            self.metadata[f"{arch}.nextn_predict_layers"] = num_mtp
+            self.metadata[f"{arch}.block_count"] = num_main + num_mtp
 
     def _tensor_info(self, name: str) -> TensorInfo:
+        if name in self._experts:
+            info = self._experts[name][0]
+            return TensorInfo(name, int(GGML_TYPE_OF_DTYPE[info.dtype]), (len(self._experts[name]), *info.shape),
+                              COPIED)
         if name in self._copies:
             return TensorInfo(name, int(QT.F32), self._copies[name].shape, COPIED)
         info = self._names[name]
@@ -114,6 +170,10 @@ class HFCheckpoint:
         if name not in self._copies:
             info = self._names[name]
             values = to_float32(info.file.raw(info), info.dtype)
+            if is_unit_offset_norm(name, self.architecture):  # GGUF's convention: w + 1
+                values = values + np.float32(1.0)
+            if self.architecture in HYBRID_ARCHS and name.endswith("ssm_a"):  # A_log -> GGUF's -exp(A_log)
+                values = -np.exp(values)
             if self.architecture == "gemma3" and is_norm(name):
                 values = values + np.float32(1.0)
                 if name.endswith("attn_q_norm.weight"):
@@ -143,9 +203,22 @@ class HFCheckpoint:
         scale_info = self._scale_info(info.name)
         scales = to_float32(scale_info.file.raw(scale_info), scale_info.dtype).reshape(scale_info.shape)
         block = self.quantization_config.get("weight_block_size")
-        fp8 = make_fp8_scales(info.name, scales, info.shape, tuple(block) if block else None)
+        fp8 = make_fp8_scales(info.name, scales, info.shape, tuple(block) if block else None,
+                              self._input_scale(info.name))
         tensor = make_weight_tensor(name, FP8_STORAGE_TYPE, info.shape, raw)
         return WeightTensor(tensor.name, tensor.ggml_type, tensor.shape, tensor.data, fp8=fp8)
+
+    def _input_scale(self, weight_name: str) -> float | None:
+        """The static activation scale next to an FP8 weight (`input_scale`, FineGrainedFP8's `activation_scale`)."""
+        prefix = weight_name.removesuffix("weight")
+        for candidate in (prefix + "input_scale", prefix + "activation_scale"):
+            if candidate in self._hf_infos:
+                info = self._hf_infos[candidate]
+                values = to_float32(info.file.raw(info), info.dtype)
+                if values.size != 1:
+                    raise ModelFileError(f"{self.path}: {candidate} has {values.size} values, expected one")
+                return float(values[0])
+        return None
 
     def _scale_info(self, weight_name: str) -> SafetensorInfo:
         for candidate in (weight_name + "_scale_inv", weight_name + "_scale"):

@@ -14,6 +14,11 @@ HF_ARCHITECTURES = {
     "Gemma3ForCausalLM": "gemma3",
 }
 HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3"}
+HF_ARCHITECTURES.update({"Qwen3MoeForCausalLM": "qwen3moe", "Qwen3NextForCausalLM": "qwen3next",
+                         "Qwen3_5ForCausalLM": "qwen35", "Qwen3_5ForConditionalGeneration": "qwen35",
+                         "Qwen3_5MoeForCausalLM": "qwen35moe", "Qwen3_5MoeForConditionalGeneration": "qwen35moe"})
+HF_MODEL_TYPES.update({"qwen3_moe": "qwen3moe", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35",
+                       "qwen3_5_moe_text": "qwen35moe"})
 
 
 def hf_architecture(config: dict, where: str) -> str:
@@ -97,6 +102,8 @@ def sliding_pattern(config: dict, num_layers: int, where: str) -> int:
 def hf_metadata(config: dict, where: str) -> dict[str, Any]:
     """GGUF-style metadata (general.architecture, <arch>.block_count, ...) for an HF config."""
     arch = hf_architecture(config, where)
+    if isinstance(config.get("text_config"), dict):  # Qwen3.5 multimodal: the text model's config is nested
+        config = {**config["text_config"], "architectures": config.get("architectures")}
     try:
         hidden, num_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
         num_layers = int(config["num_hidden_layers"])
@@ -128,4 +135,44 @@ def hf_metadata(config: dict, where: str) -> dict[str, Any]:
         for key in ("final_logit_softcapping", "attn_logit_softcapping"):
             if config.get(key):
                 meta[f"gemma3.{key}"] = float(config[key])
+    meta.update(moe_metadata(arch, config) | hybrid_metadata(arch, config, meta))
     return meta
+
+
+def moe_metadata(arch: str, config: dict) -> dict[str, Any]:
+    """llama.cpp's expert keys for a Qwen3-MoE / Qwen3-Next config (empty for dense models)."""
+    num_experts = config.get("num_experts") or config.get("num_local_experts")  # transformers 5 saves the latter
+    if not num_experts:
+        return {}
+    return {
+        f"{arch}.expert_count": int(num_experts),
+        f"{arch}.expert_used_count": int(config["num_experts_per_tok"]),
+        f"{arch}.expert_feed_forward_length": int(config["moe_intermediate_size"]),
+        f"{arch}.expert_shared_feed_forward_length": int(config.get("shared_expert_intermediate_size") or 0),
+        # Qwen3-MoE renormalises only with norm_topk_prob; Qwen3.5-MoE always does (no such key)
+        f"{arch}.expert_weights_norm": bool(config.get("norm_topk_prob", arch != "qwen3moe")),
+    }
+
+
+def hybrid_metadata(arch: str, config: dict, meta: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's Gated DeltaNet keys, the layer layout and the partial rotary dims for Qwen3-Next / Qwen3.5."""
+    if arch not in ("qwen3next", "qwen35", "qwen35moe"):
+        return {}
+    interval = int(config.get("full_attention_interval") or 4)
+    num_layers = meta[f"{arch}.block_count"]
+    layer_types = config.get("layer_types") or [
+        "linear_attention" if (i + 1) % interval else "full_attention" for i in range(num_layers)]
+    params = config.get("rope_parameters") or {}
+    factor = float(params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)))
+    value_heads = int(config["linear_num_value_heads"])
+    return {
+        f"{arch}.ssm.conv_kernel": int(config["linear_conv_kernel_dim"]),
+        f"{arch}.ssm.state_size": int(config["linear_key_head_dim"]),
+        f"{arch}.ssm.group_count": int(config["linear_num_key_heads"]),
+        f"{arch}.ssm.time_step_rank": value_heads,
+        f"{arch}.ssm.inner_size": value_heads * int(config["linear_value_head_dim"]),
+        f"{arch}.full_attention_interval": interval,
+        f"{arch}.attention.recurrent_layers": [t == "linear_attention" for t in layer_types],
+        f"{arch}.rope.dimension_count": int(meta[f"{arch}.attention.key_length"] * factor),
+        "pocket.ssm.value_heads_grouped": True,  # HF keeps value heads grouped per key head
+    }

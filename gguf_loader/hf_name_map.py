@@ -37,3 +37,68 @@ def gguf_name(hf_name: str, arch: str) -> str | None:
 def is_norm(name: str) -> bool:
     """Whether one of our names is an RMSNorm weight (gemma3 stores these as w, applied as 1 + w)."""
     return name.endswith("norm.weight")
+
+
+# --- Qwen3-MoE, Qwen3-Next, Qwen3.5: routed experts, Gated DeltaNet layers, MTP (llama.cpp's GGUF names) -------
+MOE_LAYER_NAMES = {
+    **LAYER_NAMES, "mlp.gate": "ffn_gate_inp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp",
+}
+HYBRID_LAYER_NAMES = {
+    **MOE_LAYER_NAMES, "post_attention_layernorm": "post_attention_norm",  # the FFN's pre-norm in llama.cpp
+    "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
+    "linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
+    "linear_attn.in_proj_qkvz": "ssm_in", "linear_attn.in_proj_ba": "ssm_ba",  # qwen3next: grouped per key head
+    "linear_attn.conv1d": "ssm_conv1d", "linear_attn.out_proj": "ssm_out", "linear_attn.norm": "ssm_norm",
+}
+HYBRID_PARAMS = {"linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.A_log": "ssm_a"}  # no .weight suffix
+MTP_NAMES = {"fc": "nextn.eh_proj", "pre_fc_norm_embedding": "nextn.enorm", "pre_fc_norm_hidden": "nextn.hnorm",
+             "norm": "nextn.shared_head_norm"}
+MOE_ARCHS = {"qwen3moe", "qwen3next", "qwen35moe"}
+HYBRID_ARCHS = {"qwen3next", "qwen35", "qwen35moe"}
+_PARAM_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_EXPERT_RE = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+_MTP_RE = re.compile(r"^mtp\.(fc|pre_fc_norm_embedding|pre_fc_norm_hidden|norm)\.weight$")
+_MTP_LAYER_RE = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
+
+
+def strip_language_model(hf_name: str) -> str:
+    """Qwen3.5 multimodal checkpoints nest the text model under model.language_model."""
+    return "model." + hf_name[len("model.language_model."):] if hf_name.startswith("model.language_model.") else hf_name
+
+
+def expert_slot(hf_name: str) -> tuple[str, int] | None:
+    """(our stacked name, expert index) for one expert's projection (model.layers.L.mlp.experts.E.gate_proj)."""
+    match = _EXPERT_RE.match(strip_language_model(hf_name))
+    if not match:
+        return None
+    layer, expert, kind = match.groups()
+    return f"blk.{layer}.ffn_{kind}_exps.weight", int(expert)
+
+
+def moe_gguf_name(hf_name: str, arch: str, num_layers: int) -> str | None:
+    """Our name for an HF tensor of a MoE / hybrid architecture (experts: see expert_slot), or None."""
+    name = strip_language_model(hf_name)
+    mtp = _MTP_RE.match(name)
+    if mtp:
+        return f"blk.{num_layers}.{MTP_NAMES[mtp.group(1)]}.weight"
+    mtp_layer = _MTP_LAYER_RE.match(name)
+    if mtp_layer:  # the MTP block is stored after the main layers, as llama.cpp does
+        name = f"model.layers.{num_layers + int(mtp_layer.group(1))}.{mtp_layer.group(2)}"
+    if name in GLOBAL_NAMES:
+        return GLOBAL_NAMES[name]
+    match = _PARAM_RE.match(name)
+    if not match:
+        return None
+    layer, rest = match.groups()
+    if rest in HYBRID_PARAMS and arch in HYBRID_ARCHS:
+        return f"blk.{layer}.{HYBRID_PARAMS[rest]}"
+    module, _, kind = rest.rpartition(".")
+    ours = (HYBRID_LAYER_NAMES if arch in HYBRID_ARCHS else MOE_LAYER_NAMES).get(module)
+    return f"blk.{layer}.{ours}.{kind}" if ours and kind in ("weight", "bias") else None
+
+
+def is_unit_offset_norm(name: str, arch: str) -> bool:
+    """Qwen3-Next / Qwen3.5 norms apply 1 + w (GGUF stores w + 1), except the Gated DeltaNet output norm."""
+    return arch in HYBRID_ARCHS and is_norm(name) and not name.endswith("ssm_norm.weight")

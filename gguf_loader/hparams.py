@@ -7,7 +7,10 @@ from typing import Any
 from .errors import ModelFileError
 
 # architectures whose rotary embedding rotates (x[i], x[i + d/2]) pairs (llama.cpp's LLAMA_ROPE_TYPE_NEOX)
-NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "gemma3"}
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "gemma3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe"}
+# mixture-of-experts and hybrid (Gated DeltaNet) architectures: their extra keys land in ModelHParams.extra
+MOE_ARCHS = {"qwen3moe", "qwen3next", "qwen35moe"}
+HYBRID_ARCHS = {"qwen3next", "qwen35", "qwen35moe"}
 # gemma3 sliding-window layers use a fixed local rope base (llama.cpp: freq_base_swa = 10000)
 GEMMA3_ROPE_BASE_SWA = 10_000.0
 GEMMA3_SWA_PATTERN = 6  # layers 0..4 of every 6 slide, the 6th is global
@@ -82,7 +85,7 @@ def read_hparams(metadata: dict[str, Any], vocab_size: int) -> ModelHParams:
         context_length=int(_get(metadata, p + "context_length")),
         hidden_size=hidden_size,
         num_layers=int(_get(metadata, p + "block_count")),
-        intermediate_size=int(_get(metadata, p + "feed_forward_length")),
+        intermediate_size=int(_get(metadata, p + "feed_forward_length", 0 if arch in MOE_ARCHS else None)),
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
@@ -96,4 +99,41 @@ def read_hparams(metadata: dict[str, Any], vocab_size: int) -> ModelHParams:
                                 if is_gemma3 else 0),
         attn_logit_softcap=float(metadata.get(p + "attn_logit_softcapping", 0.0)),
         final_logit_softcap=float(metadata.get(p + "final_logit_softcapping", 0.0)),
+        extra=_moe_extra(metadata, arch) | _hybrid_extra(metadata, arch, head_dim),
     )
+
+
+def _moe_extra(metadata: dict[str, Any], arch: str) -> dict[str, Any]:
+    """Expert counts and sizes (llama.cpp keys); qwen3moe GGUFs renormalise the top-k weights by default."""
+    if arch not in MOE_ARCHS:
+        return {}
+    p = f"{arch}."
+    return {
+        "expert_count": int(_get(metadata, p + "expert_count")),
+        "expert_used_count": int(_get(metadata, p + "expert_used_count")),
+        "expert_feed_forward_length": int(metadata.get(p + "expert_feed_forward_length", 0)),
+        "expert_shared_feed_forward_length": int(metadata.get(p + "expert_shared_feed_forward_length", 0)),
+        "expert_weights_norm": bool(metadata.get(p + "expert_weights_norm", True)),
+    }
+
+
+def _hybrid_extra(metadata: dict[str, Any], arch: str, head_dim: int) -> dict[str, Any]:
+    """Gated DeltaNet sizes, the full-attention layout, partial rotary dims and MTP layers (llama.cpp keys)."""
+    if arch not in HYBRID_ARCHS:
+        return {}
+    p = f"{arch}."
+    value_heads = int(_get(metadata, p + "ssm.time_step_rank"))
+    return {
+        "ssm_conv_kernel": int(_get(metadata, p + "ssm.conv_kernel")),
+        "ssm_key_dim": int(_get(metadata, p + "ssm.state_size")),
+        "ssm_key_heads": int(_get(metadata, p + "ssm.group_count")),
+        "ssm_value_heads": value_heads,
+        "ssm_value_dim": int(_get(metadata, p + "ssm.inner_size")) // value_heads,
+        "full_attention_interval": int(metadata.get(p + "full_attention_interval", 4)),
+        "recurrent_layers": metadata.get(p + "attention.recurrent_layers"),
+        "rope_dim": int(metadata.get(p + "rope.dimension_count", head_dim)),
+        "nextn_predict_layers": int(metadata.get(p + "nextn_predict_layers", 0)),
+        # llama.cpp's qwen35 converter reorders value heads to a tiled layout (head j uses key head j % H_k);
+        # qwen3next GGUFs and HF checkpoints keep them grouped (head j uses key head j // (H_v / H_k))
+        "ssm_value_heads_grouped": bool(metadata.get("pocket.ssm.value_heads_grouped", arch == "qwen3next")),
+    }

@@ -2,18 +2,37 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util  # noqa: F401  (numba-cuda's import hook uses it without importing it)
+import sys
 from types import ModuleType
 
 from kernels_numba.errors import UnsupportedQuantType
 
+
+def _narrow_numba_cuda_redirector() -> None:
+    """numba-cuda's import hook (_numba_cuda_redirector) claims every module whose name contains "numba.cuda",
+    "kernels_numba.cuda" included, and then recurses forever: let it see numba.cuda and its submodules only."""
+    for finder in sys.meta_path:
+        if type(finder).__name__ == "NumbaCudaFinder" and not getattr(finder, "narrowed", False):
+            claim = finder.find_spec
+
+            def find_spec(name, path, target=None, claim=claim):
+                return claim(name, path, target) if name.split(".")[:2] == ["numba", "cuda"] else None
+
+            finder.find_spec, finder.narrowed = find_spec, True
+
+
+_narrow_numba_cuda_redirector()
+
 _BACKEND_MODULES = {
     "reference": "kernels_numba.reference",
     "cpu": "kernels_numba.cpu",
+    "cuda": "kernels_numba.cuda",  # numba-cuda (the `cuda` extra); runs under NUMBA_ENABLE_CUDASIM=1 too
 }
 
 
 def get_ops(backend: str) -> ModuleType:
-    """The ops module of a backend: `reference` (numpy oracle) or `cpu` (numba)."""
+    """The ops module of a backend: `reference` (numpy oracle), `cpu` (numba) or `cuda` (numba-cuda)."""
     module_name = _BACKEND_MODULES.get(backend)
     if module_name is None:
         known = ", ".join(sorted(_BACKEND_MODULES))

@@ -224,3 +224,10 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
             weights /= weights.sum(axis=-1, keepdims=True)
             result[first:last, head] = weights @ values[:, kv_head]
     return _into(result, out)
+
+
+# ---------------------------------------------------------------- mixture of experts, Gated DeltaNet
+# (their numpy oracles live in reference_moe.py and reference_deltanet.py; re-exported so get_ops finds them)
+from kernels_numba.reference_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
+                                              gated_delta_rule_recurrent, l2_normalize)
+from kernels_numba.reference_moe import moe_combine, moe_linear, moe_route  # noqa: E402

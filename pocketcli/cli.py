@@ -16,6 +16,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="pocket", description="PocketLLM: run LLMs locally.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--version", action="store_true",
+                        help="show the version, the CPU/CUDA backends available and the numba cache dir")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (generate, chat, tokenize, info, bench, models_cmd, serve):
         module.add_parser(subparsers)
@@ -27,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     debug = args.debug or "--debug" in argv
+    if args.version:
+        from .version_report import print_version_report
+
+        return print_version_report()
     if not args.command:
         parser.print_help()
         return EXIT_USER_ERROR

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SPEC_METHODS = ("ngram", "draft", "dflash", "mtp")  # speculative-decoding drafters
+MAX_SPEC_K = 16
+
 
 @dataclass
 class EngineConfig:
@@ -13,6 +16,9 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV cache block
     backend: str = "cpu"
     enable_prefix_caching: bool = True  # reuse KV blocks of a prompt prefix seen before
+    spec: str | None = None  # speculative decoding drafter (SPEC_METHODS); None = off
+    spec_k: int = 4  # most draft tokens per sequence and round; adaptive k stays in [1, spec_k]
+    draft_model_path: str | None = None  # --spec draft (same vocabulary) or --spec dflash (DFlash checkpoint)
 
     def __post_init__(self):
         if self.ctx_size < 0:
@@ -23,3 +29,14 @@ class EngineConfig:
             raise ValueError(f"max-num-batched-tokens must be >= 1, got {self.max_num_batched_tokens}")
         if self.block_size < 1:
             raise ValueError(f"block-size must be >= 1, got {self.block_size}")
+        self._check_spec()
+
+    def _check_spec(self) -> None:
+        if self.spec is None and self.draft_model_path:
+            self.spec = "draft"  # --draft-model alone means draft-model speculation
+        if self.spec is not None and self.spec not in SPEC_METHODS:
+            raise ValueError(f"spec must be one of {', '.join(SPEC_METHODS)}, got {self.spec!r}")
+        if not 1 <= self.spec_k <= MAX_SPEC_K:
+            raise ValueError(f"spec-k must be in [1, {MAX_SPEC_K}], got {self.spec_k}")
+        if self.spec in ("draft", "dflash") and not self.draft_model_path:
+            raise ValueError(f"--spec {self.spec} needs --draft-model PATH")

@@ -26,13 +26,14 @@ class ModelEntry:
     ctx_size: int = 0
     repo: str = ""  # source = "hf": Hugging Face repo id and file name
     file: str = ""
+    revision: str = "main"  # source = "hf": branch, tag or commit
     sha256: str = ""  # optional checksum of the downloaded file
 
     def resolve_path(self) -> str:
         if self.source == "path":
             return os.path.expanduser(self.path)
         if self.source == "pypi":
-            return self._assemble_from_package()
+            return self._pulled_or_assembled_path()
         if self.source == "hf":
             if not self.local_path().is_file():
                 raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})")
@@ -40,20 +41,24 @@ class ModelEntry:
         raise ModelFileError(f"model '{self.name}': unknown source '{self.source}' in models.toml")
 
     def local_path(self) -> Path:
-        """Where the file is (path) or will be once pulled (hf); pypi models live inside their package."""
+        """Where the file is (path) or will be once pulled (hf, pypi without pip)."""
         if self.source == "hf":
             from .paths import models_dir
 
             return models_dir() / self.repo / self.file
+        if self.source == "pypi":
+            from .wheel_download import package_dir, pulled_model_path
+
+            return pulled_model_path(self.package) or package_dir(self.package)
         return Path(os.path.expanduser(self.path))
 
     def is_installed(self) -> bool:
         if self.source == "pypi":
-            return importlib.util.find_spec(self.module) is not None
+            return self.local_path().is_file() or importlib.util.find_spec(self.module) is not None
         return self.local_path().is_file()
 
     def size_bytes(self) -> int | None:
-        if self.source in ("path", "hf") and self.local_path().is_file():
+        if self.local_path().is_file():
             return self.local_path().stat().st_size
         return None
 
@@ -61,12 +66,14 @@ class ModelEntry:
         return {"pypi": f"pypi:{self.package}", "hf": f"hf:{self.repo}/{self.file}"}.get(self.source,
                                                                                       f"path:{self.path}")
 
-    def _assemble_from_package(self) -> str:
+    def _pulled_or_assembled_path(self) -> str:
+        """The GGUF `pocket pull` assembled from the package's wheels, else the installed package's own."""
+        if self.local_path().is_file():
+            return str(self.local_path())
         try:
             module = importlib.import_module(self.module)
         except ImportError:
-            raise ModelFileError(f"model '{self.name}' needs the Python package '{self.package}' "
-                                 f"(pip install {self.package})") from None
+            raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})") from None
         return str(module.assemble())
 
 
@@ -128,3 +135,59 @@ def resolve_model(name_or_path: str | None) -> str:
         return name_or_path
     registry = load_registry()
     return registry.get(name_or_path or registry.default).resolve_path()
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One line of the chat app's model picker."""
+    label: str
+    reference: str  # what resolve_model takes: a registry name or a path
+    detail: str
+    installed: bool
+
+
+def model_choices(root: Path | None = None) -> list[ModelChoice]:
+    """Registry entries, then model files in the models dir (`root`) that no entry names."""
+    from .paths import models_dir
+
+    registry = load_registry()
+    entries = sorted(registry.models.values(), key=lambda e: e.name)
+    choices = [ModelChoice(e.name, e.name, describe_entry(e, registry.default), e.is_installed()) for e in entries]
+    named = {e.local_path().resolve() for e in entries}
+    for path in find_local_models(root or models_dir()):
+        if path.resolve() not in named:
+            kind = "Hugging Face dir" if path.is_dir() else "GGUF file"
+            choices.append(ModelChoice(path.name, str(path), f"{kind} · {format_size(model_size(path))}", True))
+    return choices
+
+
+def describe_entry(entry: ModelEntry, default: str) -> str:
+    size = entry.size_bytes()
+    parts = [entry.source_label(), format_size(size) if size else "",
+             "installed" if entry.is_installed() else "not downloaded (pocket pull)",
+             "default" if entry.name == default else ""]
+    return " · ".join(p for p in parts if p)
+
+
+def find_local_models(root: Path) -> list[Path]:
+    """GGUF files and Hugging Face checkpoint dirs (config.json beside *.safetensors) under `root`."""
+    if not root.is_dir():
+        return []
+    files = [p for p in root.rglob("*.gguf") if p.is_file() and not p.name.startswith(".")]
+    dirs = [p.parent for p in root.rglob("config.json") if any(p.parent.glob("*.safetensors"))]
+    return sorted(files + dirs)
+
+
+def model_size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.glob("*.safetensors"))
+    return path.stat().st_size
+
+
+def format_size(num_bytes: int | None) -> str:
+    if num_bytes is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes / 2**10:.1f} KiB"

@@ -4,6 +4,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_LOGPROBS = 20  # top alternatives a request may ask for (OpenAI's limit)
+STRUCTURED_OUTPUT_KINDS = ("json_object", "json_schema", "regex", "grammar")
+
+
+@dataclass(frozen=True)
+class StructuredOutputParams:
+    """A grammar the output must follow: kind "json_object" (spec unused), "json_schema" (spec: the schema as
+    JSON text), "regex" or "grammar" (Lark text, llguidance dialect)."""
+    kind: str
+    spec: str = ""
+
+    def __post_init__(self):
+        if self.kind not in STRUCTURED_OUTPUT_KINDS:
+            raise ValueError(f"structured output kind must be one of {', '.join(STRUCTURED_OUTPUT_KINDS)}, "
+                             f"got {self.kind!r}")
 
 
 @dataclass
@@ -22,6 +36,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # None: no logprobs; N >= 0: the sampled token's logprob and the top N
+    structured_output: StructuredOutputParams | None = None  # grammar-constrained decoding (llguidance)
 
     def __post_init__(self):
         if self.temperature < 0:

@@ -15,7 +15,7 @@ from .screens.chat_screen import ChatScreen
 class ChatApp(App):
     TITLE = "pocket chat"
     # one stylesheet per screen; loaded by the app because Textual reads a Screen's CSS_PATH only for MODES
-    CSS_PATH = ["screens/chat.tcss", "screens/settings.tcss"]
+    CSS_PATH = ["screens/chat.tcss", "screens/settings.tcss", "screens/model_picker.tcss"]
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
 
     def __init__(self, session: ChatSession):

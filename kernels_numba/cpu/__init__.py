@@ -19,6 +19,9 @@ from kernels_numba.cpu.matmul import linear  # noqa: E402
 from kernels_numba.cpu.norm import rms_norm  # noqa: E402
 from kernels_numba.cpu.quant_type import SUPPORTED_TYPES  # noqa: E402
 from kernels_numba.cpu.rotary import rope  # noqa: E402
+from kernels_numba.cpu.moe import moe_combine, moe_linear, moe_route  # noqa: E402
+from kernels_numba.cpu.gated_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
+                                              gated_delta_rule_recurrent, l2_normalize)
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]

@@ -4,7 +4,12 @@ numba invalidates a cached function only when the function's own file changes, n
 (in another file) does; a stale cache would then run old code. A digest of all sources is kept next to the cache.
 """
 import hashlib
+import os
+import sys
 from pathlib import Path
+
+from numba.core import config
+from numba.core.caching import _CacheLocator
 
 _STAMP_NAME = "kernel_sources.sha256"
 
@@ -17,9 +22,20 @@ def sources_digest(package_dir: Path) -> str:
     return digest.hexdigest()
 
 
+def numba_cache_dir(package_dir: Path) -> Path:
+    """Where numba keeps the package's compiled kernels: NUMBA_CACHE_DIR (by numba's own sub-path rule, or the
+    frozen binary's per-bundle path) when set, else the package's __pycache__."""
+    if not config.CACHE_DIR:
+        return package_dir / "__pycache__"
+    bundle = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+    if bundle:  # build/frozen/pocket_numba_cache.py keys the cache by the path inside the bundle
+        return Path(config.CACHE_DIR) / "bundle" / os.path.relpath(package_dir, bundle)
+    return Path(config.CACHE_DIR) / _CacheLocator.get_suitable_cache_subpath(str(package_dir / "__init__.py"))
+
+
 def clear_stale_numba_cache(package_dir: Path) -> None:
     """Delete the package's *.nbi/*.nbc files if its sources differ from those they were compiled from."""
-    cache_dir = package_dir / "__pycache__"
+    cache_dir = numba_cache_dir(package_dir)
     stamp = cache_dir / _STAMP_NAME
     digest = sources_digest(package_dir)
     try:
@@ -28,7 +44,7 @@ def clear_stale_numba_cache(package_dir: Path) -> None:
     except OSError:
         pass
     try:
-        cache_dir.mkdir(exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
         for cached in list(cache_dir.glob("*.nbi")) + list(cache_dir.glob("*.nbc")):
             cached.unlink(missing_ok=True)
         stamp.write_text(digest)
@@ -38,7 +54,7 @@ def clear_stale_numba_cache(package_dir: Path) -> None:
 
 def has_compiled_cache(package_dir: Path) -> bool:
     """True when compiled kernels for the current sources are on disk (the next run starts fast)."""
-    cache_dir = package_dir / "__pycache__"
+    cache_dir = numba_cache_dir(package_dir)
     try:
         return (cache_dir / _STAMP_NAME).read_text() == sources_digest(package_dir) and any(cache_dir.glob("*.nbi"))
     except OSError:

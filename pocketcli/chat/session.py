@@ -38,6 +38,7 @@ class EngineOptions:
     ctx_size: int = 4096
     batch_size: int = 512
     backend: str = "cpu"
+    spec: tuple = ()  # speculative-decoding EngineConfig keywords as (name, value) pairs (commands.common)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class ReplyStats:
     decode_tokens_per_second: float = 0.0
     finish_reason: str | None = None
     dropped_turns: int = 0  # oldest turns left out of the prompt so it fits the context
+    spec_acceptance: float | None = None  # accepted / drafted tokens of this reply; None without speculation
 
     @property
     def context_note(self) -> str:
@@ -60,7 +62,8 @@ def make_engine(model_path: str, options: EngineOptions):
     from ..engine.llm_engine import LLMEngine
 
     return LLMEngine(EngineConfig(model_path=model_path, ctx_size=options.ctx_size,
-                                  max_num_batched_tokens=options.batch_size, backend=options.backend))
+                                  max_num_batched_tokens=options.batch_size, backend=options.backend,
+                                  **dict(options.spec)))
 
 
 @dataclass
@@ -182,7 +185,7 @@ class ChatSession:
         params = self.settings.sampling_params()
         pieces, finish_reason = [], "aborted"
         stats = ReplyStats(prompt_tokens=len(prompt_ids), dropped_turns=num_messages - len(messages))
-        started = time.perf_counter()
+        started, spec_before = time.perf_counter(), spec_counts(self.engine)
         chunks = stream_generate(self.engine, prompt_ids, params)
         try:
             for chunk in chunks:
@@ -201,6 +204,7 @@ class ChatSession:
             if finish_reason == "aborted" and stats.completion_tokens > 1:
                 stats.decode_tokens_per_second = stats.completion_tokens / max(time.perf_counter() - started, 1e-9)
             stats.finish_reason = finish_reason
+            stats.spec_acceptance = spec_acceptance(spec_before, spec_counts(self.engine))
             self.last_stats = stats
             self.context_used = stats.prompt_tokens + stats.completion_tokens
             self.conversation.add("assistant", "".join(pieces), parent_id=leaf.id, finish_reason=finish_reason)
@@ -234,6 +238,18 @@ def encode_messages(engine, messages: list[dict]) -> list[int]:
     # templates usually write BOS themselves; never add a second one
     bos_text = tokenizer.decode([tokenizer.bos_id], skip_special=False) if tokenizer.bos_id is not None else None
     return tokenizer.encode(text, add_special=not (bos_text and text.startswith(bos_text)), parse_special=True)
+
+
+def spec_counts(engine) -> tuple[int, int] | None:
+    """(drafted, accepted) tokens of the engine's speculative decoder so far; None when it has none."""
+    stats = getattr(getattr(engine, "speculative", None), "stats", None)
+    return None if stats is None else (stats.num_draft_tokens, stats.num_accepted_tokens)
+
+
+def spec_acceptance(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
 
 
 def slug(title: str) -> str:

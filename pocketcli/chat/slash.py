@@ -8,7 +8,7 @@ from .session import ChatSession
 HELP = """\
 /system [TEXT]   show or set the system prompt
 /temp [T]        show or set the temperature
-/model [NAME]    show the model, or switch to a registry name or GGUF path
+/model [NAME]    switch to a registry name or GGUF path (no name: list them; the app opens a picker)
 /clear           start a new chat (the current one stays saved)
 /save [TITLE]    save the chat, optionally renaming it
 /load [N|ID]     list saved chats, or open one by number, id or title
@@ -22,7 +22,8 @@ HELP = """\
 @dataclass
 class SlashResult:
     text: str = ""
-    action: str = ""  # "" | "reload" (conversation replaced) | "model" (load `arg`) | "error"
+    # "" | "reload" (conversation replaced) | "model" (load `arg`) | "pick_model" (the app opens its picker) | "error"
+    action: str = ""
     arg: str = ""
 
 
@@ -60,7 +61,7 @@ def _model(session: ChatSession, arg: str) -> SlashResult:
         from ..registry import load_registry
 
         names = ", ".join(sorted(load_registry().models)) or "none"
-        return SlashResult(f"model: {session.model_label} (registry: {names}; or give a GGUF path)")
+        return SlashResult(f"model: {session.model_label} (registry: {names}; or give a GGUF path)", "pick_model")
     return SlashResult(f"loading {arg}...", "model", arg)
 
 
@@ -106,7 +107,9 @@ def format_stats(session: ChatSession) -> str:
         return f"model {session.model_label} on {session.device} | {context} | no reply yet"
     return (f"model {session.model_label} on {session.device} | prompt {stats.prompt_tokens} tok | "
             f"reply {stats.completion_tokens} tok, {stats.decode_tokens_per_second:.1f} tok/s | "
-            f"finish: {stats.finish_reason} | {context}")
+            f"finish: {stats.finish_reason} | {context}"
+            + (f" | speculative: {stats.spec_acceptance:.0%} of drafts accepted" if stats.spec_acceptance is not None
+               else ""))
 
 
 COMMANDS = {"system": _system, "temp": _temp, "temperature": _temp, "model": _model, "clear": _clear,

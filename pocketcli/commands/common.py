@@ -21,16 +21,48 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
+    add_device_argument(parser)
+    add_spec_arguments(parser)
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..config import SPEC_METHODS
+
+    parser.add_argument("--spec", choices=SPEC_METHODS, default=None,
+                        help="speculative decoding: ngram (prompt lookup), draft (--draft-model), dflash, mtp")
+    parser.add_argument("--spec-k", type=int, default=4, help="most draft tokens per round (default 4)")
+    parser.add_argument("--draft-model", default=None, metavar="PATH",
+                        help="draft model (GGUF path or registry name) sharing the target's vocabulary")
+
+
+def spec_config(args: argparse.Namespace) -> dict:
+    """EngineConfig keywords for the speculative-decoding flags."""
+    draft = getattr(args, "draft_model", None)
+    return {"spec": getattr(args, "spec", None), "spec_k": getattr(args, "spec_k", 4),
+            "draft_model_path": resolve_model(draft) if draft else None}
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where the kernels run: auto = CUDA when a usable NVIDIA GPU is present, else CPU")
+
+
+def kernel_backend(args: argparse.Namespace) -> str:
+    """The kernels_numba backend for --device / --backend (raises DeviceUnavailableError for an absent GPU)."""
+    from ..device import backend_for, resolve_device
+
+    return backend_for(resolve_device(getattr(args, "device", "cpu")), args.backend)
 
 
 def make_engine(args: argparse.Namespace):
     from ..engine.llm_engine import LLMEngine
 
     set_cpu_threads(args.threads)
-    warn_if_first_run(args.backend)
+    backend = kernel_backend(args)
+    warn_if_first_run(backend)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
-                          max_num_batched_tokens=args.batch_size, backend=args.backend,
-                          enable_prefix_caching=getattr(args, "prefix_caching", True))
+                          max_num_batched_tokens=args.batch_size, backend=backend,
+                          enable_prefix_caching=getattr(args, "prefix_caching", True), **spec_config(args))
     return LLMEngine(config)
 
 

@@ -73,6 +73,13 @@ def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[
     return encode_messages(engine, messages)
 
 
+def speculative_stats(engine) -> dict:
+    """{"speculative": acceptance counters} when speculative decoding ran (bonus token: see SpecStats)."""
+    if engine.speculative is None:
+        return {}
+    return {"speculative": {"method": engine.config.spec, **engine.speculative.stats.as_dict()}}
+
+
 def run(args: argparse.Namespace) -> int:
     params = make_sampling_params(args)
     prompt = None if args.messages else read_prompt(args)
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"text": "".join(pieces), "token_ids": token_ids, "prompt_tokens": len(prompt_ids),
                           "completion_tokens": len(token_ids), "finish_reason": last.finish_reason,
-                          "timings": timings}, ensure_ascii=False))
+                          "timings": timings, **speculative_stats(engine)}, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         decode_rate = f"{timings['decode_tokens_per_s']:.1f} tok/s" if len(token_ids) > 1 else "n/a"

@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from gguf_loader.fp8_layout import FP8_STORAGE_TYPE
 from gguf_loader.hparams import read_hparams
 
+from ..device import DEVICES, describe_device, resolve_device
 from ..model_source import open_model_file
 from ..models import model_class_for
 from ..registry import resolve_model
@@ -16,6 +18,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("info", help="describe a model file")
     add_model_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="device to describe (auto: CUDA when usable)")
     p.set_defaults(run=run)
 
 
@@ -38,11 +41,48 @@ def describe(model_file) -> dict:
     }
 
 
+def memory_details(info: dict, device: str) -> dict:
+    """Where the model would run and what it costs there: weight bytes and float32 KV bytes per token."""
+    kv_bytes_per_token = 2 * info["layers"] * info["kv_heads"] * info["head_dim"] * 4
+    return {**describe_device(device), "weight_bytes": info["file_size_bytes"], "kv_bytes_per_token": kv_bytes_per_token,
+            "kv_bytes_at_context_length": kv_bytes_per_token * info["context_length"]}
+
+
 def hf_details(model_file) -> dict:
     """Format and quantization of a Hugging Face directory (GGUF files say it with gguf_version / tensor_types)."""
     if getattr(model_file, "format", "gguf") == "gguf":
         return {"format": "gguf"}
-    return {"format": model_file.format, "quantization": model_file.quantization_config or "none"}
+    details = {"format": model_file.format, "quantization": model_file.quantization_config or "none"}
+    fp8 = fp8_details(model_file)
+    if fp8:
+        details["fp8"] = fp8
+    return details
+
+
+def fp8_details(model_file) -> dict:
+    """FP8 E4M3 weights: how many, their scale layouts, their static activation scales (if any)."""
+    layouts: dict[str, int] = {}
+    input_scales: list[float] = []
+    num_bytes = 0
+    for name, info in model_file.tensor_infos.items():
+        if info.ggml_type != int(FP8_STORAGE_TYPE):
+            continue
+        w = model_file.tensor(name)
+        if w.fp8 is None:
+            continue
+        layouts[w.fp8.describe()] = layouts.get(w.fp8.describe(), 0) + 1
+        num_bytes += w.nbytes
+        if w.fp8.input_scale is not None:
+            input_scales.append(w.fp8.input_scale)
+    if not layouts:
+        return {}
+    activations = "dynamic or none: activations stay float32"
+    if input_scales:
+        activations = (f"static input_scale on {len(input_scales)} weights "
+                       f"({min(input_scales):.4g}..{max(input_scales):.4g}), carried, not applied: "
+                       "activations stay float32 (weight-only FP8, as transformers on CPU)")
+    return {"weights": sum(layouts.values()), "bytes": num_bytes, "scale_layouts": layouts,
+            "activations": activations}
 
 
 def _prod(shape) -> int:
@@ -54,6 +94,7 @@ def _prod(shape) -> int:
 
 def run(args: argparse.Namespace) -> int:
     info = describe(open_model_file(resolve_model(args.model)))
+    info.update(memory_details(info, resolve_device(args.device)))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -65,5 +106,11 @@ def run(args: argparse.Namespace) -> int:
             value = f"{value / 1e6:.1f} M"
         elif key == "file_size_bytes":
             value = f"{value / 2**20:.1f} MiB"
+        elif "_bytes" in key:
+            value = f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**10:.1f} KiB"
+        elif key == "fp8":
+            layouts = ", ".join(f"{layout} x{n}" for layout, n in sorted(value["scale_layouts"].items()))
+            value = (f"{value['weights']} E4M3 weights, {value['bytes'] / 2**20:.1f} MiB at 1 byte each; "
+                     f"scales: {layouts}; activations: {value['activations']}")
         print(f"{key:<{width}}  {value}")
     return 0

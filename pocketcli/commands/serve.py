@@ -10,7 +10,8 @@ import threading
 from ..config import EngineConfig
 from ..errors import UsageError
 from ..registry import load_registry, resolve_model
-from .common import add_engine_arguments, add_model_argument, set_cpu_threads, warn_if_first_run
+from .common import (add_engine_arguments, add_model_argument, kernel_backend, set_cpu_threads, spec_config,
+                     warn_if_first_run)
 
 log = logging.getLogger("pocketcli.serve")
 
@@ -26,6 +27,11 @@ def add_parser(subparsers) -> None:
                    help="require 'Authorization: Bearer KEY' (default: $POCKET_API_KEY, else no key)")
     p.add_argument("--served-model-name", default=None, help="model name in the API (default: -m or registry)")
     p.add_argument("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
+    p.add_argument("--tool-call-parser", default=None,
+                   help="tool-call format: hermes, qwen, llama3_json, mistral, generic (default: from the template)")
+    p.add_argument("--reasoning-parser", default=None,
+                   help="split <think>...</think> into reasoning_content: think, deepseek_r1, qwen3 "
+                        "(default: on when the chat template uses think tags)")
     p.set_defaults(run=run)
 
 
@@ -40,7 +46,8 @@ def served_model_name(args: argparse.Namespace) -> str:
 def make_engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
-                        backend=args.backend, enable_prefix_caching=not args.no_prefix_caching)
+                        backend=kernel_backend(args), enable_prefix_caching=not args.no_prefix_caching,
+                        **spec_config(args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,12 +57,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
+    check_parsers(args)
     set_cpu_threads(args.threads)
     config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
-    app = make_app(None, served_model_name(args), args.api_key)
+    app = make_app(None, served_model_name(args), args.api_key, tool_call_parser=args.tool_call_parser,
+                   reasoning_parser=args.reasoning_parser)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                            timeout_graceful_shutdown=5))
-    loader = threading.Thread(target=load_engine, args=(app, config, server, args.backend), daemon=True)
+    loader = threading.Thread(target=load_engine, args=(app, config, server, config.backend), daemon=True)
     loader.start()
     server.run()
     engine_loop = app.state.server.engine_loop
@@ -64,6 +73,17 @@ def run(args: argparse.Namespace) -> int:
     if app.state.server.load_error:
         raise UsageError(app.state.server.load_error)
     return 0
+
+
+def check_parsers(args: argparse.Namespace) -> None:
+    from ..server.reasoning import REASONING_PARSERS
+    from ..server.tool_parsers import TOOL_PARSERS
+
+    if args.tool_call_parser is not None and args.tool_call_parser not in TOOL_PARSERS:
+        raise UsageError(f"--tool-call-parser must be one of {', '.join(TOOL_PARSERS)}, got {args.tool_call_parser!r}")
+    if args.reasoning_parser is not None and args.reasoning_parser not in REASONING_PARSERS:
+        raise UsageError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}, "
+                         f"got {args.reasoning_parser!r}")
 
 
 def load_engine(app, config: EngineConfig, server, backend: str) -> None:
@@ -75,6 +95,8 @@ def load_engine(app, config: EngineConfig, server, backend: str) -> None:
         warn_if_first_run(backend)
         engine = LLMEngine(config)
         app.state.server.attach(EngineLoop(engine).start())
+        # llguidance's view of the vocabulary takes seconds to build: do it now, not in the first request
+        threading.Thread(target=lambda: engine.structured_output.ll_tokenizer, daemon=True).start()
         print(f"pocket serve: {app.state.server.model_name} ready (context {engine.max_model_len}, "
               f"{config.max_num_seqs} sequences, {engine.block_manager.num_blocks} KV blocks)", file=sys.stderr)
     except Exception as exc:  # reported by run() as a one-line error, exit code 2

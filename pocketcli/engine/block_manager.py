@@ -128,6 +128,19 @@ class BlockManager:
             self.hash_to_block_id.setdefault(block.hash, block.block_id)
         seq.num_hashed_blocks = max(seq.num_hashed_blocks, num_full)
 
+    def free_tail(self, seq: Sequence) -> int:
+        """Give back blocks past those holding the sequence's tokens (speculative rollback); returns how many.
+        Tail blocks held only rejected drafts, which were never cached, so no prefix-cache hash points at them."""
+        num_freed = 0
+        while len(seq.block_table) > seq.num_blocks:
+            block = self.blocks[seq.block_table.pop()]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free(block)
+            num_freed += 1
+        seq.num_hashed_blocks = min(seq.num_hashed_blocks, len(seq.block_table))
+        return num_freed
+
     def deallocate(self, seq: Sequence) -> None:
         """Give the sequence's blocks back at once; cached ones stay findable until evicted."""
         for block_id in reversed(seq.block_table):  # tail first: the shared head of a prefix is evicted last

@@ -45,6 +45,7 @@ class EngineStats:
     prefix_cache_hit_rate: float
     num_prefix_query_tokens: int
     num_prefix_hit_tokens: int
+    speculative: object = None  # speculative.SpecStats when speculative decoding is on
 
 
 @dataclass
@@ -94,7 +95,8 @@ class EngineLoop:
         scheduler, manager = self.engine.scheduler, self.engine.block_manager
         return EngineStats(len(scheduler.running), len(scheduler.waiting), manager.num_used_blocks,
                            manager.num_free_blocks, manager.num_blocks, manager.prefix_cache_hit_rate,
-                           manager.num_prefix_query_tokens, manager.num_prefix_hit_tokens)
+                           manager.num_prefix_query_tokens, manager.num_prefix_hit_tokens,
+                           getattr(self.engine.speculative, "stats", None))
 
     @property
     def is_alive(self) -> bool:

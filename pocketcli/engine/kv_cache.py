@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +12,7 @@ class KVCache:
     keys: list[np.ndarray]
     values: list[np.ndarray]
     block_size: int
+    recurrent: Any = None  # RecurrentStatePool of a hybrid model (per-sequence Gated DeltaNet states), else None
 
     @property
     def num_blocks(self) -> int:
@@ -22,8 +24,9 @@ class KVCache:
 
 
 def make_kv_cache(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                  head_dim: int, dtype=np.float32) -> KVCache:
+                  head_dim: int, dtype=np.float32, zeros=np.zeros) -> KVCache:
+    """`zeros` allocates each layer: np.zeros, or a backend's device allocator (kernels_numba.cuda.zeros)."""
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    keys = [np.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-    values = [np.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+    keys = [zeros(shape, dtype=dtype) for _ in range(num_layers)]
+    values = [zeros(shape, dtype=dtype) for _ in range(num_layers)]
     return KVCache(keys, values, block_size)

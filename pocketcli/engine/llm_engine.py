@@ -14,10 +14,12 @@ from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
 from .kv_cache import make_kv_cache
 from .model_runner import ModelRunner
+from .recurrent_state import RecurrentBlockManager, make_recurrent_state
 from .outputs import StepOutput, TokenLogprob
-from .sampler import Sampler, log_softmax
+from .sampler import Sampler, apply_allowed_mask, log_softmax
 from .scheduler import ScheduledBatch, ScheduledSeq, Scheduler, SchedulerConfig
 from .sequence import Sequence
+from .structured_output import StructuredOutputBackend
 
 
 class PromptTooLongError(ValueError):
@@ -50,10 +52,22 @@ class LLMEngine:
         hp = self.hparams
         self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, hp.num_kv_heads, hp.head_dim)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv_cache.recurrent = make_recurrent_state(self.model, config.max_num_seqs + 1)  # +1: score()
+        if self.kv_cache.recurrent is not None:  # hybrid model: a state slot per sequence, no prefix cache
+            self.block_manager = RecurrentBlockManager(num_blocks, config.block_size, self.kv_cache.recurrent)
         scheduler_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, set(self.tokenizer.stop_token_ids))
         self.runner = ModelRunner(self.model, self.kv_cache)
         self.sampler = Sampler()
+        self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
+        self.speculative = self._make_speculative_decoder()
+
+    def _make_speculative_decoder(self):
+        if not self.config.spec:
+            return None
+        from .speculative import make_speculative_decoder  # the draft model drafter builds an LLMEngine itself
+
+        return make_speculative_decoder(self)
 
     def _vocab_size(self) -> int:
         return self.model_file.tensor_infos["token_embd.weight"].shape[0]
@@ -73,16 +87,19 @@ class LLMEngine:
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.hparams.vocab_size})")
         seq = Sequence(prompt_token_ids, params, self.config.block_size)
+        if params.structured_output is not None:
+            seq.constraint = self.structured_output.make_constraint(params.structured_output)
         self.scheduler.add(seq)
         return seq
 
     def abort(self, seq: Sequence) -> None:
-        self.scheduler.finish(seq, "abort")
-        self.sampler.release(seq.seq_id)
+        self.finish(seq, "abort")
 
     def finish(self, seq: Sequence, reason: str) -> None:
         self.scheduler.finish(seq, reason)
         self.sampler.release(seq.seq_id)
+        if self.speculative is not None:
+            self.speculative.release(seq)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -91,11 +108,14 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        if self.speculative is not None:
+            return self.speculative.step(batch)
         logits = self.runner.run(batch)
         sampling_items = [item for item in batch.items if item.samples_token]
+        sample_logits = self._apply_constraints(logits, sampling_items)
         sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids,
                                        item.seq.num_prompt_tokens)
-                   for row, item in zip(logits, sampling_items)]
+                   for row, item in zip(sample_logits, sampling_items)]
         logprobs = [self._logprobs(row, item.seq.params, token_id)
                     for row, item, token_id in zip(logits, sampling_items, sampled)]
         self.scheduler.postprocess(batch, sampled)
@@ -104,8 +124,20 @@ class LLMEngine:
             seq = item.seq
             if seq.is_finished:
                 self.sampler.release(seq.seq_id)
+                if self.speculative is not None:
+                    self.speculative.release(seq)
             outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason, token_logprobs))
         return outputs
+
+    def _apply_constraints(self, logits: np.ndarray, sampling_items) -> np.ndarray:
+        """Grammar masks for the constrained rows, computed for the batch at once; logprobs keep the raw rows."""
+        rows = [i for i, item in enumerate(sampling_items) if item.seq.constraint is not None]
+        if not rows:
+            return logits
+        allowed = self.structured_output.fill_allowed([sampling_items[i].seq.constraint for i in rows])
+        masked = logits.copy()
+        masked[rows] = apply_allowed_mask(logits[rows], allowed)
+        return masked
 
     @staticmethod
     def _logprobs(logits_row: np.ndarray, params: SamplingParams, token_id: int) -> list[TokenLogprob] | None:

@@ -14,6 +14,7 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
+        self.last_hidden: np.ndarray | None = None
 
     def run(self, batch: ScheduledBatch, first_logit_token: int | None = None) -> np.ndarray:
         """Returns logits [num_sampling_seqs, vocab_size], one row per item whose `samples_token` is true,
@@ -22,6 +23,7 @@ class ModelRunner:
         if first_logit_token is not None:
             logits_indices = list(range(first_logit_token, len(token_ids)))
         hidden = self.model.forward(token_ids, positions, attn, self.kv_cache.keys, self.kv_cache.values)
+        self.last_hidden = hidden  # [num_tokens, D]: read by drafters that need target hidden states
         if not logits_indices:
             return np.empty((0, self.model.hparams.vocab_size), dtype=np.float32)
         return self.model.compute_logits(hidden[logits_indices])
@@ -38,14 +40,18 @@ class ModelRunner:
             slots.append(table[seq_positions // self.block_size] * self.block_size + seq_positions % self.block_size)
             context_lens.append(end)
             starts.append(starts[-1] + item.num_new_tokens)
-            if item.samples_token:
-                logits_indices.append(starts[-1] - 1)
+            if item.samples_token:  # one row, or one per draft token plus one (speculative verification)
+                logits_indices.extend(range(starts[-1] - 1 - item.num_draft_tokens, starts[-1]))
         attn = AttnMetadata(
             slot_mapping=np.concatenate(slots),
             block_tables=self._block_tables(batch),
             context_lens=np.asarray(context_lens, dtype=np.int32),
             query_start_loc=np.asarray(starts, dtype=np.int32),
         )
+        if self.kv_cache.recurrent is not None:  # hybrid models: each sequence's recurrent-state slot
+            attn.recurrent_state = self.kv_cache.recurrent
+            attn.state_slots = np.asarray([self.kv_cache.recurrent.slot_of(item.seq.seq_id) for item in batch.items])
+            attn.records_states = np.asarray([getattr(item, "num_draft_tokens", 0) > 0 for item in batch.items])
         return np.asarray(token_ids, dtype=np.int64), np.concatenate(positions), attn, logits_indices
 
     @staticmethod

@@ -12,6 +12,7 @@ from .sequence import Sequence, SequenceStatus
 class ScheduledSeq:
     seq: Sequence
     num_new_tokens: int  # tokens whose K/V are computed this step
+    num_draft_tokens: int = 0  # speculative decoding: the last tokens are drafts, each also needs logits
 
     @property
     def samples_token(self) -> bool:
@@ -105,9 +106,8 @@ class Scheduler:
         finished = []
         sampled = iter(sampled_token_ids)
         for item in batch.items:
-            samples = item.samples_token
-            item.seq.num_cached_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(item.seq)
+            samples = item.samples_token  # read before recording: it depends on the cached-token count
+            self._record_computed(item)
             if not samples:
                 continue
             seq = item.seq
@@ -118,8 +118,36 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
+    def postprocess_tokens(self, batch: ScheduledBatch, token_ids_per_item: list[list[int]]) -> list[list[int]]:
+        """Like `postprocess`, but each sampling item may append several tokens (speculative decoding); a
+        sequence stops at its first finishing token. Returns the tokens really appended, per sampling item."""
+        appended = []
+        new_tokens = iter(token_ids_per_item)
+        for item in batch.items:
+            samples = item.samples_token
+            self._record_computed(item)
+            if samples:
+                appended.append(self._append_until_finished(item.seq, next(new_tokens)))
+        return appended
+
+    def _record_computed(self, item) -> None:
+        """The item's new tokens now have KV in the cache; full blocks become shareable prefix blocks."""
+        item.seq.num_cached_tokens += item.num_new_tokens
+        self.block_manager.cache_full_blocks(item.seq)
+
+    def _append_until_finished(self, seq: Sequence, token_ids: list[int]) -> list[int]:
+        for count, token_id in enumerate(token_ids, 1):
+            seq.append_token(token_id)
+            reason = self._finish_reason(seq)
+            if reason:
+                self.finish(seq, reason)
+                return token_ids[:count]
+        return list(token_ids)
+
     def _finish_reason(self, seq: Sequence) -> str | None:
         if not seq.params.ignore_eos and seq.token_ids[-1] in self.eos_token_ids:
+            return "stop"
+        if seq.is_constraint_complete:  # the grammar is complete: only end-of-sequence could follow
             return "stop"
         if seq.num_completion_tokens >= seq.params.max_tokens:
             return "length"

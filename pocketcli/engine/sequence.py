@@ -29,6 +29,7 @@ class Sequence:
         self.num_hashed_blocks = 0  # leading blocks registered in the prefix cache
         self.num_prefix_cached_tokens = 0  # prompt tokens the prefix cache supplied at the first schedule
         self.finish_reason: str | None = None
+        self.constraint = None  # structured_output.TokenConstraint when the output must follow a grammar
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -59,6 +60,20 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+        if self.constraint is not None:
+            self.constraint.accept(token_id)
+
+    @property
+    def is_constraint_complete(self) -> bool:
+        """The grammar this sequence follows is complete (nothing but end-of-sequence may follow)."""
+        return self.constraint is not None and self.constraint.is_finished
+
+    def truncate(self, num_tokens: int) -> None:
+        """Drop tokens from `num_tokens` on (rejected speculative drafts); their K/V no longer count as cached."""
+        if self.constraint is not None and len(self.token_ids) > num_tokens:
+            self.constraint.rollback(len(self.token_ids) - num_tokens)
+        del self.token_ids[num_tokens:]
+        self.num_cached_tokens = min(self.num_cached_tokens, num_tokens)
 
     def finish(self, reason: str) -> None:
         self.status = SequenceStatus.FINISHED

@@ -11,12 +11,18 @@ from .gemma3 import Gemma3Model
 from .llama import LlamaModel
 from .qwen2 import Qwen2Model
 from .qwen3 import Qwen3Model
+from .qwen3_moe import Qwen3MoeModel
+from .qwen3_next import Qwen35Model, Qwen3NextModel
 
 MODEL_REGISTRY: dict[str, type[DecoderModel]] = {
     "llama": LlamaModel,
     "qwen2": Qwen2Model,
     "qwen3": Qwen3Model,
     "gemma3": Gemma3Model,
+    "qwen3moe": Qwen3MoeModel,
+    "qwen3next": Qwen3NextModel,
+    "qwen35": Qwen35Model,
+    "qwen35moe": Qwen35Model,
 }
 
 

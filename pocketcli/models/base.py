@@ -4,6 +4,7 @@ Weights come in still quantized from the loader; the backend's ops come from `ke
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,8 @@ def _stacked(run: list[WeightTensor]) -> WeightTensor:
 
 class DecoderModel:
     activation = "silu"  # "silu" or "gelu" (tanh approximation), applied to the gate projection
+    # hidden-state taps for drafters (DFlash, MTP): forward keeps each listed layer's output in tapped_hidden
+    tap_layer_ids: frozenset[int] = frozenset()
 
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
         self.hparams = hparams
@@ -133,18 +136,23 @@ class DecoderModel:
         x = self.ops.embedding(token_ids, self.token_embedding)  # x: [T, D]
         scale = self.embedding_scale()
         if scale != 1.0:
-            x *= np.float32(scale)
+            x = self._scale(x, scale)
+        kv_keys, kv_values = self._backend_caches(kv_keys), self._backend_caches(kv_values)
+        positions, attn = self._backend_inputs(positions, attn)
+        self.tapped_hidden: dict[int, np.ndarray] = {}  # layer id -> its output [T, D]
         for layer_id, layer in enumerate(self.layers):
             x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
-        return x
+            if layer_id in self.tap_layer_ids:
+                self.tapped_hidden[layer_id] = self._to_host(x)  # drafters read it with numpy
+        return self._to_host(x)
 
     def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
         """hidden: [N, D] -> logits [N, vocab_size]."""
-        h = self.ops.rms_norm(np.ascontiguousarray(hidden), self.output_norm, self.hparams.rms_norm_eps)
+        h = self.ops.rms_norm(self._contiguous(hidden), self.output_norm, self.hparams.rms_norm_eps)
         logits = self.ops.linear(h, self.lm_head)
         if self.hparams.final_logit_softcap:
             logits = self.ops.softcap(logits, self.hparams.final_logit_softcap)
-        return logits
+        return self._to_host(logits)
 
     def _layer_forward(self, layer_id: int, w: LayerWeights, x: np.ndarray, positions: np.ndarray,
                        attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
@@ -153,19 +161,19 @@ class DecoderModel:
         o = self._attention(layer_id, w, h, positions, attn, k_cache, v_cache)
         if w.post_attn_norm is not None:
             o = ops.rms_norm(o, w.post_attn_norm, eps)
-        x = x + o
+        x = self._add(x, o)
         h = ops.rms_norm(x, w.ffn_norm, eps)
         d = self._feed_forward(w, h)
         if w.post_ffw_norm is not None:
             d = ops.rms_norm(d, w.post_ffw_norm, eps)
-        return x + d
+        return self._add(x, d)
 
     def _linear_groups(self, h: np.ndarray, groups: tuple[StackedWeight, ...]) -> list[np.ndarray]:
         """h: [T, D] -> h @ W.T for each projection in `groups`, one linear per group (column views of its output)."""
         outputs: list[np.ndarray] = []
         for group in groups:
             y = self.ops.linear(h, group.tensor)
-            outputs.extend(np.split(y, np.cumsum(group.num_rows)[:-1], axis=1))
+            outputs.extend(self._split_columns(y, group.num_rows))
         return outputs
 
     def _project_heads(self, y: np.ndarray, bias: np.ndarray | None, norm: np.ndarray | None,
@@ -173,7 +181,7 @@ class DecoderModel:
         """y: [T, num_heads * head_dim] projection -> [T, num_heads, head_dim], plus optional bias, per-head RMSNorm."""
         num_tokens = y.shape[0]
         if bias is not None:
-            y += bias
+            y = self._add_bias(y, bias)
         head_dim = self.hparams.head_dim
         if norm is not None:
             y = self.ops.rms_norm(y.reshape(-1, head_dim), norm, self.hparams.rms_norm_eps)
@@ -192,9 +200,57 @@ class DecoderModel:
         ops.store_kv(k, v, k_cache, v_cache, attn.slot_mapping)
         o = ops.paged_attention(q, k_cache, v_cache, attn.block_tables, attn.context_lens, attn.query_start_loc,
                                 self.attention_scale(), hp.layer_sliding_window(layer_id), hp.attn_logit_softcap)
-        return ops.linear(o.reshape(h.shape[0], -1), w.wo)
+        return ops.linear(o.reshape(h.shape[0], o.shape[1] * o.shape[2]), w.wo)
 
     def _feed_forward(self, w: LayerWeights, h: np.ndarray) -> np.ndarray:
         gate, up = self._linear_groups(h, w.gate_up_groups)
         act = self.ops.gelu_mul(gate, up) if self.activation == "gelu" else self.ops.silu_mul(gate, up)
         return self.ops.linear(act, w.w_down)
+
+    # --- between ops: numpy arithmetic, or the backend's own ops when its arrays live on a device (cuda) ------
+    @property
+    def _on_device(self) -> bool:
+        return getattr(self.ops, "ON_DEVICE", False)
+
+    def _scale(self, x, factor: float):
+        return self.ops.scale(x, factor) if self._on_device else x * np.float32(factor)
+
+    def _add(self, a, b):
+        return self.ops.add(a, b) if self._on_device else a + b
+
+    def _add_bias(self, y, bias):
+        if self._on_device:
+            return self.ops.add_bias(y, bias)
+        y += bias
+        return y
+
+    def _split_columns(self, y, widths: tuple[int, ...]) -> list:
+        if self._on_device:
+            return self.ops.split_columns(y, widths)
+        return np.split(y, np.cumsum(widths)[:-1], axis=1)
+
+    def _contiguous(self, x):
+        return x if self._on_device else np.ascontiguousarray(x)
+
+    def _to_host(self, x):
+        """Device results back to numpy for the engine, unless a device-side decode loop set keep_on_device."""
+        return self.ops.to_host(x) if self._on_device and not getattr(self, "keep_on_device", False) else x
+
+    def _backend_inputs(self, positions, attn: AttnMetadata):
+        """Positions and attention metadata uploaded once per forward instead of once per layer (cuda)."""
+        if not self._on_device:
+            return positions, attn
+        up = self.ops.to_device
+        return up(positions, np.int64), dataclasses.replace(
+            attn, slot_mapping=up(attn.slot_mapping, np.int64), block_tables=up(attn.block_tables, np.int32),
+            context_lens=up(attn.context_lens, np.int32), query_start_loc=up(attn.query_start_loc, np.int32))
+
+    def _backend_caches(self, caches: list) -> list:
+        """KV cache layers where the backend computes: host layers get a device twin on first use (cuda)."""
+        if not self._on_device or not caches or self.ops.is_device_array(caches[0]):
+            return caches
+        twins = self.__dict__.setdefault("_device_cache_twins", {})  # id(host layer) -> (host layer, device twin)
+        for layer in caches:
+            if id(layer) not in twins or twins[id(layer)][0] is not layer:
+                twins[id(layer)] = (layer, self.ops.zeros(layer.shape))
+        return [twins[id(layer)][1] for layer in caches]

@@ -2,6 +2,7 @@
 (one response, or SSE chunks). Input problems are raised as APIError before anything reaches the engine."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,12 +13,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..engine.llm_engine import PromptTooLongError
 from ..engine.outputs import GenerationChunk, TokenLogprob
+from ..engine.structured_output import GrammarError
 from ..tokenizer import ChatTemplate, TokenizerError
+from .chat_output import ChatDeltaStream, ChatOutputPlan
 from .engine_client import ClientDisconnected, EngineClient
 from .errors import APIError, bad_request
+from .guided import make_tool_plan, structured_output_of
 from .metrics import ChoiceTimer, ServerMetrics
 from .protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields, make_sampling_params
+from .reasoning import REASONING_PARSERS, prompt_opens_reasoning, uses_think_tags
 from .sse import SSE_DONE, SSE_HEADERS, SSE_MEDIA_TYPE, sse_event
+from .tool_parsers import make_tool_parser, parser_name_for_template
+from .tool_prompt import render_chat
 
 LOGIT_BIAS_LIMIT = 100.0
 
@@ -38,19 +45,28 @@ class PreparedRequest:
     is_chat: bool
     body: SamplingFields
     request_id: str
+    output_plan: ChatOutputPlan | None = None  # chat: how replies split into reasoning, content, tool calls
+    structured_output: object | None = None  # StructuredOutputParams every choice follows
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.perf_counter)
 
 
 class Completions:
     def __init__(self, client: EngineClient, model_name: str, chat_template: ChatTemplate | None,
-                 metrics: ServerMetrics):
+                 metrics: ServerMetrics, tool_call_parser: str | None = None, reasoning_parser: str | None = None):
         self.client = client
         self.engine = client.engine
         self.tokenizer = client.engine.tokenizer
         self.model_name = model_name
         self.chat_template = chat_template
         self.metrics = metrics
+        source = chat_template.source if chat_template else ""
+        self.tool_call_parser = tool_call_parser or parser_name_for_template(
+            source, chat_template.name if chat_template else "file")
+        make_tool_parser(self.tool_call_parser)  # unknown names fail at startup
+        if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(f"unknown reasoning parser {reasoning_parser!r} (known: {', '.join(REASONING_PARSERS)})")
+        self.reasoning = reasoning_parser is not None or uses_think_tags(source)
 
     # ---- body -> prompt and params
 
@@ -59,13 +75,18 @@ class Completions:
             raise APIError(404, f"The model '{name}' does not exist (this server runs '{self.model_name}')",
                            "model", "model_not_found")
 
-    def encode_messages(self, messages: list[ChatMessage]) -> list[int]:
+    def render_messages(self, messages: list[ChatMessage], tools: list[dict] | None = None) -> str:
         if self.chat_template is None:
             raise bad_request("this model has no chat template: use /v1/completions", "messages")
         try:
-            text = self.chat_template.render([m.model_dump(exclude_none=True) for m in messages])
+            return render_chat(self.chat_template, [m.model_dump(exclude_none=True) for m in messages], tools)
         except TokenizerError as exc:
             raise bad_request(str(exc), "messages") from None
+
+    def encode_messages(self, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
+        return self.encode_chat_text(self.render_messages(messages, tools))
+
+    def encode_chat_text(self, text: str) -> list[int]:
         bos_id = self.tokenizer.bos_id
         bos_text = self.tokenizer.decode([bos_id], skip_special=False) if bos_id is not None else ""
         add_special = not (bos_text and text.startswith(bos_text))  # never a second BOS
@@ -84,7 +105,17 @@ class Completions:
         self.check_model(body.model)
         is_chat = isinstance(body, ChatCompletionRequest)
         self._check_unsupported(body, is_chat)
-        prompt_ids = self.encode_messages(body.messages) if is_chat else self.encode_prompt(body.prompt)
+        output_plan, structured_output = None, None if is_chat else structured_output_of(body)
+        if is_chat:
+            tool_plan = make_tool_plan(body)
+            structured_output = structured_output_of(body, tool_plan)
+            prompt_text = self.render_messages(body.messages, tool_plan.tools)
+            prompt_ids = self.encode_chat_text(prompt_text)
+            parser = tool_plan.parser or (make_tool_parser(self.tool_call_parser) if tool_plan.tools else None)
+            output_plan = ChatOutputPlan(parser, self.reasoning,
+                                         self.reasoning and prompt_opens_reasoning(prompt_text))
+        else:
+            prompt_ids = self.encode_prompt(body.prompt)
         max_model_len = self.engine.max_model_len
         if not prompt_ids:
             raise bad_request("the prompt is empty", "messages" if is_chat else "prompt")
@@ -96,20 +127,16 @@ class Completions:
         max_tokens = body.requested_max_tokens or (max_model_len - len(prompt_ids))
         logit_bias = self._logit_bias(body.logit_bias)
         try:
-            params = [make_sampling_params(body, i, max_tokens, logit_bias, body.num_logprobs)
+            params = [make_sampling_params(body, i, max_tokens, logit_bias, body.num_logprobs, structured_output)
                       for i in range(body.n)]
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         request_id = ("chatcmpl-" if is_chat else "cmpl-") + uuid.uuid4().hex[:24]
-        return PreparedRequest(prompt_ids, params, is_chat, body, request_id)
+        return PreparedRequest(prompt_ids, params, is_chat, body, request_id, output_plan=output_plan,
+                               structured_output=structured_output)
 
     @staticmethod
     def _check_unsupported(body, is_chat: bool) -> None:
-        if is_chat and body.response_format is not None and body.response_format.type != "text":
-            raise bad_request(f"response_format {body.response_format.type!r} is not supported yet",
-                              "response_format", "unsupported_parameter")
-        if is_chat and body.tools and body.tool_choice != "none":
-            raise bad_request("tools are not supported yet", "tools", "unsupported_parameter")
         if not is_chat and body.echo:
             raise bad_request("echo is not supported", "echo", "unsupported_parameter")
 
@@ -131,6 +158,11 @@ class Completions:
 
     async def respond(self, body, http_request: HTTPRequest):
         prepared = self.prepare(body)
+        if prepared.structured_output is not None:  # compile off the event loop (the first builds llguidance's vocab)
+            try:
+                await asyncio.to_thread(self.engine.structured_output.compile, prepared.structured_output)
+            except GrammarError as exc:
+                raise bad_request(str(exc), None, "invalid_grammar") from None
         self.metrics.prompt_tokens.inc(len(prepared.prompt_token_ids))
         if body.stream:
             return StreamingResponse(self._stream(prepared), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)
@@ -175,8 +207,9 @@ class Completions:
         text = "".join(choice.text)
         logprobs = self._format_logprobs(prepared, choice.logprobs)
         if prepared.is_chat:
-            return {"index": index, "message": {"role": "assistant", "content": text},
-                    "logprobs": logprobs, "finish_reason": choice.finish_reason}
+            message, calls_tools = prepared.output_plan.finalize(text)
+            finish_reason = "tool_calls" if calls_tools and choice.finish_reason == "stop" else choice.finish_reason
+            return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": choice.finish_reason}
 
     async def _stream(self, prepared: PreparedRequest) -> AsyncIterator[str]:
@@ -184,6 +217,7 @@ class Completions:
         body = prepared.body
         choices = [ChoiceState() for _ in prepared.params_per_choice]
         usage_field = {"usage": None} if body.include_usage_in_stream else {}
+        delta_streams = [prepared.output_plan.make_stream() for _ in choices] if prepared.is_chat else []
         if prepared.is_chat:
             for index in range(len(choices)):
                 yield self._chunk_event(prepared, index, {"role": "assistant", "content": ""}, None, None,
@@ -194,8 +228,12 @@ class Completions:
                 if not chunk.text and not chunk.finish_reason and not chunk.logprobs:
                     continue
                 logprobs = self._format_logprobs(prepared, chunk.logprobs or [])
-                delta = {"content": chunk.text} if prepared.is_chat else chunk.text
-                yield self._chunk_event(prepared, index, delta, logprobs, chunk.finish_reason, usage_field)
+                if prepared.is_chat:
+                    for event in self._chat_events(prepared, index, delta_streams[index], chunk, logprobs,
+                                                   usage_field):
+                        yield event
+                else:
+                    yield self._chunk_event(prepared, index, chunk.text, logprobs, chunk.finish_reason, usage_field)
         except APIError as exc:
             yield sse_event(exc.body())
             yield SSE_DONE
@@ -211,10 +249,25 @@ class Completions:
         kind = "chat.completion.chunk" if prepared.is_chat else "text_completion"
         return {"id": prepared.request_id, "object": kind, "created": prepared.created, "model": self.model_name}
 
+    def _chat_events(self, prepared, index: int, stream: ChatDeltaStream, chunk: GenerationChunk, logprobs,
+                     usage_field):
+        """One event per delta (reasoning, content, tool-call parts); logprobs ride on the first, the finish
+        reason on the last."""
+        deltas = stream.feed(chunk.text)
+        finish_reason = chunk.finish_reason
+        if finish_reason:
+            deltas += stream.finish()
+            if stream.has_tool_calls and finish_reason == "stop":
+                finish_reason = "tool_calls"
+        if not deltas and (logprobs or finish_reason):
+            deltas = [{}]
+        for i, delta in enumerate(deltas):
+            is_last = i == len(deltas) - 1
+            yield self._chunk_event(prepared, index, delta, logprobs if i == 0 else None,
+                                    finish_reason if is_last else None, usage_field)
+
     def _chunk_event(self, prepared, index, delta, logprobs, finish_reason, usage_field) -> str:
         key = "delta" if prepared.is_chat else "text"
-        if prepared.is_chat and finish_reason:
-            delta = delta if delta.get("content") else {}
         choice = {"index": index, key: delta, "logprobs": logprobs, "finish_reason": finish_reason}
         return sse_event({**self._envelope(prepared), "choices": [choice], **usage_field})
 

@@ -37,6 +37,12 @@ class ServerMetrics:
                                     registry=registry)
         self.prefix_hits = Gauge("pocket_prefix_cache_hits_tokens", "Prompt tokens found in the cache",
                                  registry=registry)
+        self.spec = {name: Gauge(f"pocket_spec_{name}", help_text, registry=registry) for name, help_text in (
+            ("draft_tokens", "Speculative draft tokens proposed"),
+            ("accepted_tokens", "Speculative draft tokens accepted (bonus/correction token not counted)"),
+            ("rounds", "Speculative verification rounds with at least one draft token"),
+            ("acceptance_rate", "Accepted / proposed draft tokens"),
+            ("mean_accepted_length", "Tokens emitted per verification round, bonus/correction token counted"))}
 
     def render(self, stats: EngineStats | None) -> bytes:
         if stats is not None:
@@ -47,6 +53,10 @@ class ServerMetrics:
             self.hit_rate.set(stats.prefix_cache_hit_rate)
             self.prefix_queries.set(stats.num_prefix_query_tokens)
             self.prefix_hits.set(stats.num_prefix_hit_tokens)
+            if getattr(stats, "speculative", None) is not None:
+                for name, value in stats.speculative.as_dict().items():
+                    if name in self.spec:
+                        self.spec[name].set(value)
         return generate_latest(self.registry)
 
 

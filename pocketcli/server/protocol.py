@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..sampling_params import MAX_LOGPROBS, SamplingParams
+from ..sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutputParams
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16
@@ -19,6 +19,27 @@ class ResponseFormat(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["text", "json_object", "json_schema"] = "text"
     json_schema: dict[str, Any] | None = None
+
+
+class FunctionDefinition(BaseModel):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class SamplingFields(BaseModel):
@@ -42,6 +63,11 @@ class SamplingFields(BaseModel):
     logit_bias: dict[str, float] | None = None
     ignore_eos: bool = False
     user: str | None = None
+    # vLLM-style constraints (send with the openai client's extra_body)
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_grammar: str | None = None  # Lark, llguidance dialect
+    guided_choice: list[str] | None = Field(None, min_length=1)
 
     @property
     def include_usage_in_stream(self) -> bool:
@@ -67,8 +93,9 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -107,11 +134,12 @@ class DetokenizeRequest(BaseModel):
 
 
 def make_sampling_params(body: SamplingFields, index: int, max_tokens: int, logit_bias: dict[int, float],
-                         num_logprobs: int | None) -> SamplingParams:
+                         num_logprobs: int | None, structured_output: StructuredOutputParams | None = None
+                         ) -> SamplingParams:
     """Engine settings for choice `index`; with a seed, choice i uses seed + i so n choices differ."""
     return SamplingParams(
         temperature=body.temperature, top_k=max(body.top_k, 0), top_p=body.top_p, min_p=body.min_p,
         repeat_penalty=body.repetition_penalty, presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty, logit_bias=logit_bias, max_tokens=max_tokens,
         seed=None if body.seed is None else body.seed + index, stop=body.stop_strings(),
-        ignore_eos=body.ignore_eos, logprobs=num_logprobs)
+        ignore_eos=body.ignore_eos, logprobs=num_logprobs, structured_output=structured_output)

@@ -23,6 +23,8 @@ class ServerState:
     engine_loop: EngineLoop | None = None
     completions: Completions | None = None
     load_error: str | None = None
+    tool_call_parser: str | None = None  # None: chosen from the chat template
+    reasoning_parser: str | None = None  # None: on when the chat template uses think tags
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -34,7 +36,8 @@ class ServerState:
         engine = engine_loop.engine
         if chat_template is None:
             chat_template = default_chat_template(engine)
-        self.completions = Completions(EngineClient(engine_loop), self.model_name, chat_template, self.metrics)
+        self.completions = Completions(EngineClient(engine_loop), self.model_name, chat_template, self.metrics,
+                                       self.tool_call_parser, self.reasoning_parser)
         self.engine_loop = engine_loop
 
 

@@ -41,6 +41,11 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as error:
             raise TokenizerError(f"chat template ({name}) does not parse: {error}") from error
 
+    @property
+    def supports_tools(self) -> bool:
+        """The template renders a `tools` variable itself (HF convention); otherwise callers describe tools."""
+        return "tools" in self.source
+
     def render(self, messages: list[dict], add_generation_prompt: bool = True, **variables) -> str:
         """Prompt text for `messages` ([{"role": ..., "content": ...}]); extra variables (tools, ...) pass through."""
         if self.name != "file":

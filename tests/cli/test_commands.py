@@ -5,6 +5,7 @@ import json
 import pytest
 
 from pocketcli.cli import main
+from pocketcli.device import cuda_problem
 
 
 def run_cli(capsys, *args):
@@ -70,6 +71,15 @@ def test_info_describes_default_model(capsys):
     assert code == 0 and info["architecture"] == "gemma3" and info["layers"] == 18
     assert info["tensor_types"] == {"F32": 109, "Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9}
     assert info["context_length"] == 32768 and info["chat_template"].startswith("built-in")
+    # 18 layers x 1 KV head x 256 dims x (K + V) x 4 bytes
+    assert info["device"] == "cpu" and info["kv_bytes_per_token"] == 18 * 1 * 256 * 2 * 4
+    assert info["weight_bytes"] == info["file_size_bytes"]
+
+
+@pytest.mark.skipif(cuda_problem() is None, reason="a usable GPU is present")
+def test_info_device_cuda_without_gpu_is_a_user_error(capsys):
+    code, _, err = run_cli(capsys, "info", "--device", "cuda")
+    assert code == 2 and "--device cuda" in err
 
 
 def test_bench_json_reports_pp_tg_and_rss(capsys):

@@ -1,5 +1,6 @@
 """Hugging Face directories (safetensors, BF16/F32/FP8) against transformers on the same weights."""
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -67,10 +68,49 @@ def test_fp8_matches_transformers_on_dequantized_weights(model_dirs, tmp_path, a
 
 def test_cpu_backend_matches_reference(model_dirs, tmp_path):
     pytest.importorskip("kernels_numba.cpu", exc_type=ImportError)
-    save_fp8_variant(model_dirs["qwen3", "bfloat16"], tmp_path / "fp8", "block")
-    for path in (model_dirs["gemma3", "bfloat16"], tmp_path / "fp8"):
+    # FP8 through each CPU path: 32x40 blocks split 32-column chunks (tile decode + BLAS for every token count),
+    # 32x32 blocks and per-channel scales take the fused kernels for decode
+    save_fp8_variant(model_dirs["qwen3", "bfloat16"], tmp_path / "fp8", "block", build_reference=False)
+    save_fp8_variant(model_dirs["llama", "bfloat16"], tmp_path / "fp8_32", "block", (32, 32), build_reference=False)
+    save_fp8_variant(model_dirs["gemma3", "bfloat16"], tmp_path / "fp8_ch", "channel", build_reference=False)
+    for path in (model_dirs["gemma3", "bfloat16"], tmp_path / "fp8", tmp_path / "fp8_32", tmp_path / "fp8_ch"):
         expected = make_engine(path, "reference").score(PROMPT)
-        np.testing.assert_allclose(make_engine(path, "cpu").score(PROMPT), expected, atol=1e-4, rtol=0)
+        cpu_engine = make_engine(path, "cpu")
+        np.testing.assert_allclose(cpu_engine.score(PROMPT), expected, atol=1e-4, rtol=0)
+        assert engine_greedy(cpu_engine, PROMPT, 8) == engine_greedy(make_engine(path, "reference"), PROMPT, 8)
+
+
+def test_fp8_static_input_scales_are_carried_and_shown(model_dirs, tmp_path, capsys):
+    """input_scale (static W8A8) is read and shown; activations stay float32, as transformers runs it on CPU."""
+    path = tmp_path / "static"
+    reference = save_fp8_variant(model_dirs["qwen3", "bfloat16"], path, "tensor", static_input_scales=True)
+    engine = make_engine(path, "cpu")
+    wq = engine.model.layers[0].wq
+    assert wq.fp8.layout == "tensor" and wq.fp8.input_scale is not None and wq.fp8.input_scale > 0
+    check_against(engine, reference, LOGIT_TOLERANCE["fp8"])
+    capsys.readouterr()
+    assert main(["info", "-m", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["quantization"]["activation_scheme"] == "static" and info["tensor_types"]["F8_E4M3"] == 21
+    assert info["fp8"]["weights"] == 21 and info["fp8"]["scale_layouts"] == {"tensor": 21}
+    assert "static input_scale on 21 weights" in info["fp8"]["activations"]
+    assert main(["info", "-m", str(path)]) == 0
+    assert re.search(r"^fp8 +21 E4M3 weights, .* scales: tensor x21; activations: static", capsys.readouterr().out,
+                     re.MULTILINE)
+
+
+def test_info_shows_block_fp8_layout(model_dirs, tmp_path, capsys):
+    path = tmp_path / "fp8"
+    save_fp8_variant(model_dirs["llama", "bfloat16"], path, "block", (32, 32), build_reference=False)
+    capsys.readouterr()
+    assert main(["info", "-m", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "safetensors" and info["quantization"]["weight_block_size"] == [32, 32]
+    assert info["fp8"]["scale_layouts"] == {"block 32x32": 21}
+    assert info["fp8"]["activations"].startswith("dynamic")
+    num_fp8_values = sum(int(np.prod(s)) for s in [(64, 64), (32, 64), (32, 64), (64, 64), (96, 64), (96, 64),
+                                                    (64, 96)]) * 3
+    assert info["fp8"]["bytes"] == num_fp8_values  # 1 byte per weight
 
 
 def test_sharded_checkpoint(tmp_path):
@@ -174,3 +214,34 @@ def test_unsupported_architecture(model_dirs, tmp_path, capsys):
 
 def test_directory_without_config(tmp_path, capsys):
     assert "no config.json" in run_cli_error(tmp_path, capsys)
+
+
+def fp8_copy(model_dirs, tmp_path) -> Path:
+    path = tmp_path / "fp8"
+    save_fp8_variant(model_dirs["llama", "bfloat16"], path, "block", (32, 32), build_reference=False)
+    return path
+
+
+def test_fp8_weight_without_its_scale(model_dirs, tmp_path, capsys):
+    path = fp8_copy(model_dirs, tmp_path)
+    rewrite_header(path / "model.safetensors", lambda h: h.pop("model.layers.1.mlp.up_proj.weight_scale_inv"))
+    assert "model.layers.1.mlp.up_proj.weight has no weight_scale_inv" in run_cli_error(path, capsys)
+
+
+def test_fp8_scales_that_do_not_fit_the_block_size(model_dirs, tmp_path, capsys):
+    path = fp8_copy(model_dirs, tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"]["weight_block_size"] = [16, 16]
+    (path / "config.json").write_text(json.dumps(config))
+    assert "does not match" in run_cli_error(path, capsys)
+
+
+def test_fp8_scale_that_is_not_finite(model_dirs, tmp_path, capsys):
+    path = fp8_copy(model_dirs, tmp_path)
+    weights = path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    (length,) = struct.unpack("<Q", data[:8])
+    begin = json.loads(data[8:8 + length])["model.layers.2.self_attn.o_proj.weight_scale_inv"]["data_offsets"][0]
+    data[8 + length + begin:8 + length + begin + 4] = struct.pack("<f", float("nan"))
+    weights.write_bytes(bytes(data))
+    assert "NaN or infinity" in run_cli_error(path, capsys)

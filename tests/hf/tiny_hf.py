@@ -125,20 +125,22 @@ def _quantize(w, scale_rows: int, scale_cols: int):
 
     rows, cols = w.shape
     grid = (-(-rows // scale_rows), -(-cols // scale_cols))
-    scales = torch.empty(grid, dtype=torch.float32)
-    for i in range(grid[0]):
-        for j in range(grid[1]):
-            block = w[i * scale_rows:(i + 1) * scale_rows, j * scale_cols:(j + 1) * scale_cols]
-            scales[i, j] = block.abs().max().clamp(min=1e-12) / FP8_MAX
+    padded = torch.zeros(grid[0] * scale_rows, grid[1] * scale_cols, dtype=torch.float32)
+    padded[:rows, :cols] = w
+    blocks = padded.reshape(grid[0], scale_rows, grid[1], scale_cols)
+    scales = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
     expanded = scales.repeat_interleave(scale_rows, 0).repeat_interleave(scale_cols, 1)[:rows, :cols]
     codes = (w.float() / expanded).to(torch.float8_e4m3fn)
     return codes, scales, codes.float() * expanded
 
 
-def save_fp8_variant(source: Path, target: Path, layout: str):
+def save_fp8_variant(source: Path, target: Path, layout: str, block: tuple[int, int] = (32, 40),
+                     static_input_scales: bool = False, build_reference: bool = True):
     """Copy a saved tiny model with its linear weights in FP8 E4M3: layout "block" (weight_scale_inv on a
-    32x40 grid, partial edge blocks), "channel" or "tensor" (weight_scale). Returns the float32 model whose
-    weights are the dequantized FP8 values (the oracle)."""
+    `block` grid; the default 32x40 leaves partial edge blocks), "channel" or "tensor" (weight_scale);
+    static_input_scales adds a per-tensor `input_scale` to each (compressed-tensors' static W8A8 scheme).
+    Returns the float32 model whose weights are the dequantized FP8 values (the oracle), or None when
+    build_reference is False."""
     import shutil
 
     import torch
@@ -154,17 +156,23 @@ def save_fp8_variant(source: Path, target: Path, layout: str):
         if not name.endswith(LINEAR_SUFFIXES):
             out[name] = w
             continue
-        br, bc = {"block": (32, 40), "channel": (1, w.shape[1]), "tensor": w.shape}[layout]
+        br, bc = {"block": block, "channel": (1, w.shape[1]), "tensor": w.shape}[layout]
         codes, scales, deq = _quantize(w.float(), br, bc)
         out[name] = codes
         scale_name = name + ("_scale_inv" if layout == "block" else "_scale")
         out[scale_name] = scales.reshape(-1, 1) if layout == "channel" else scales.reshape(()) if layout == "tensor" else scales
+        if static_input_scales:  # what a calibration run would store: absmax of the inputs / 448
+            out[name.removesuffix("weight") + "input_scale"] = torch.tensor(0.01 * (1 + len(out) % 5))
         dequantized[name] = deq
     save_file(out, str(target / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((source / "config.json").read_text())
-    config["quantization_config"] = ({"quant_method": "fp8", "weight_block_size": [32, 40]} if layout == "block"
+    config["quantization_config"] = ({"quant_method": "fp8", "weight_block_size": list(block)} if layout == "block"
                                      else {"quant_method": "compressed-tensors", "format": "float-quantized"})
+    if static_input_scales:
+        config["quantization_config"]["activation_scheme"] = "static"
     (target / "config.json").write_text(json.dumps(config))
+    if not build_reference:
+        return None
     model = load_float32(source)
     with torch.no_grad():
         params = dict(model.named_parameters())

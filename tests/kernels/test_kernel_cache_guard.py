@@ -16,3 +16,26 @@ def test_stale_numba_cache_is_dropped_only_when_a_source_changes(tmp_path):
     (tmp_path / "kernel.py").write_text("x = 2\n")
     clear_stale_numba_cache(tmp_path)
     assert not (cache / "kernel.f-1.py311.nbc").exists()
+
+
+def test_cache_guard_looks_where_numba_writes_with_numba_cache_dir(tmp_path):
+    """With NUMBA_CACHE_DIR set, numba caches under its own sub-path: the guard must stamp and look there."""
+    import os
+    import subprocess
+    import sys
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "kern.py").write_text("from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    script = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
+              "from kernels_numba.cpu.cache_guard import clear_stale_numba_cache, has_compiled_cache\n"
+              "package = Path(sys.argv[1]) / 'pkg'\n"
+              "clear_stale_numba_cache(package); before = has_compiled_cache(package)\n"
+              "sys.path.insert(0, str(package)); import kern; kern.twice(3)\n"
+              "print(before, has_compiled_cache(package))\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                            cwd=os.getcwd(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+    assert not (package / "__pycache__").exists() or not list((package / "__pycache__").glob("*.nbi"))

@@ -85,4 +85,14 @@ def live_server(engine_loop, model_name):
 def client(live_server):
     import openai
 
-    return openai.OpenAI(base_url=live_server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=live_server.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def reasoning_client(engine_loop, model_name):
+    """A second app on the same engine with `--reasoning-parser think` (the default model's template has none)."""
+    import openai
+
+    server = LiveServer(make_app(engine_loop, model_name, reasoning_parser="think"), free_port()).start()
+    yield openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    server.stop()

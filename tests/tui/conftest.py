@@ -1,4 +1,7 @@
-"""Fixtures for the chat tests: a tiny random llama GGUF (loads in well under a second) and a private data dir."""
+"""Fixtures for the chat tests: a tiny random llama GGUF (loads in well under a second), a private data dir, and a
+models dir with a user registry for the model picker."""
+import shutil
+
 import pytest
 
 from tests.models.tiny_gguf import write_tiny_model
@@ -15,3 +18,27 @@ def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("POCKET_DATA_DIR", str(path))
     monkeypatch.setenv("POCKET_CONFIG_DIR", str(tmp_path / "config"))
     return path
+
+
+USER_TOML = """
+[models.remote]
+source = "hf"
+repo = "someone/tiny-GGUF"
+file = "tiny-q8_0.gguf"
+"""
+
+
+@pytest.fixture
+def models_dir(tiny_model, data_dir, tmp_path, monkeypatch):
+    root = tmp_path / "models"
+    (root / "local").mkdir(parents=True)
+    shutil.copy(tiny_model, root / "local" / "other-tiny.gguf")
+    hf_dir = root / "some-hf-model"
+    hf_dir.mkdir()
+    (hf_dir / "config.json").write_text("{}")
+    (hf_dir / "model.safetensors").write_bytes(b"\0" * 2048)
+    (root / "local" / ".other-tiny.gguf.abc.part").write_bytes(b"partial")  # an unfinished pull is no choice
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "models.toml").write_text(USER_TOML)
+    monkeypatch.setenv("POCKET_MODELS_DIR", str(root))
+    return root

@@ -2,19 +2,10 @@
 reopening a saved chat after a restart, slash commands, settings and error toasts."""
 import pytest
 
-from pocketcli.chat.session import ChatSettings, EngineOptions
-from tui import make_app
+from tests.tui.pilot import SIZE, build, headers, idle, ready, send, views
 from tui.messages import ReplyChunk
-from tui.screens.chat_screen import ChatScreen
 from tui.widgets.chat_input import ChatInput
 from tui.widgets.message_view import MessageView
-
-SIZE = (100, 32)
-
-
-def build(tiny_model, **settings):
-    settings = {"temperature": 0.0, "max_tokens": 24, **settings}
-    return make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
 
 
 @pytest.fixture
@@ -33,38 +24,6 @@ def chunks(monkeypatch):
     return posted
 
 
-async def ready(app, pilot) -> ChatScreen:
-    while not isinstance(app.screen, ChatScreen) or app.screen.model_loading:
-        await pilot.pause(0.02)
-    return app.screen
-
-
-async def idle(screen, pilot) -> None:
-    await pilot.pause(0.02)
-    while screen.generating:
-        await pilot.pause(0.02)
-    await pilot.pause()
-
-
-async def send(screen, pilot, text: str, typed: bool = False) -> None:
-    prompt = screen.query_one(ChatInput)
-    prompt.focus()
-    if typed:
-        await pilot.press(*text)
-    else:
-        prompt.load_text(text)
-    await pilot.press("enter")
-    await idle(screen, pilot)
-
-
-def views(screen) -> list[tuple[str, str]]:
-    return [(v.role, v.turn.content) for v in screen.query(MessageView)]
-
-
-def headers(screen) -> list[str]:
-    return [v.header() for v in screen.query(MessageView)]
-
-
 async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
     app = build(tiny_model, max_tokens=200)
     async with app.run_test(size=SIZE) as pilot:
@@ -74,7 +33,24 @@ async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
         assert views(screen) == [("user", "hello"), ("assistant", reply.content)]
         assert len(chunks) >= 1 and "".join(chunks) == reply.content
         status = str(screen.query_one("#status").render())
-        assert "tiny-llama.gguf" in status and "tok/s" in status and "/2048" in status
+        assert "tiny-llama.gguf" in status and "tok/s" in status and "/2048" in status and "spec" not in status
+        app.session.last_stats.spec_acceptance = 0.75  # the slot a speculative reply fills
+        screen.update_status()
+        assert "│ spec 75% accepted" in str(screen.query_one("#status").render())
+
+
+async def test_default_model_streams_a_reply(data_dir, chunks):
+    """The one test on the real default model (Gemma 3 270M from its PyPI package): model=None means the default."""
+    app = build(None, max_tokens=12)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        assert app.session.engine is not None, "the default model did not load"
+        await send(screen, pilot, "What is the capital of France?", typed=True)
+        reply = app.session.conversation.path()[-1]
+        assert reply.role == "assistant" and reply.content.strip() and "".join(chunks) == reply.content
+        assert views(screen)[-1] == ("assistant", reply.content)
+        status = str(screen.query_one("#status").render())
+        assert "gemma3-270m" in status and "ctx " in status and "/2048" in status
 
 
 async def test_escape_stops_and_keeps_partial_reply(tiny_model, data_dir, chunks):
@@ -160,11 +136,20 @@ async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp
         assert app.session.settings.temperature == 0.4
         await pilot.press("ctrl+s")
         await pilot.pause()
-        app.screen.query_one("#max_tokens").value = "7"
-        app.screen.query_one("#system").value = "be brief"
+        settings_screen = app.screen
+        settings_screen.query_one("#top_p").value = "2"  # out of range: a toast, and the panel stays open
         await pilot.click("#save")
         await pilot.pause()
-        assert app.session.settings.max_tokens == 7 and app.session.conversation.system == "be brief"
+        assert app.screen is settings_screen and any("invalid setting" in n.message for n in app._notifications)
+        for field, value in {"max_tokens": "7", "system": "be brief", "temperature": "0", "top_p": "0.5",
+                             "top_k": "3", "min_p": "0.1"}.items():
+            settings_screen.query_one(f"#{field}").value = value
+        settings_screen.query_one("#top_k").focus()
+        await pilot.press("enter")  # Enter in any field saves (the toast above may cover the Save button)
+        await pilot.pause()
+        assert app.session.conversation.system == "be brief"
+        params = app.session.settings.sampling_params()  # what the next reply samples with
+        assert (params.max_tokens, params.temperature, params.top_p, params.top_k, params.min_p) == (7, 0, 0.5, 3, 0.1)
         await send(screen, pilot, "hello")
         assert app.session.last_stats.completion_tokens <= 7
         await send(screen, pilot, f"/export {tmp_path / 'chat.md'}")

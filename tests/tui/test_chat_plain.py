@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pexpect
-import pytest
 
 from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
 from pocketcli.chat.store import ConversationStore
@@ -25,7 +24,7 @@ def saved(data_dir) -> list[dict]:
 def spawn_chat(tiny_model, *extra) -> pexpect.spawn:
     args = POCKET[1:] + ["chat", "--plain", "-m", tiny_model, "--temperature", "0", "-c", "2048", *extra]
     child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), env=dict(os.environ, TERM="dumb"),
-                          encoding="utf-8", timeout=30, dimensions=(40, 200))
+                          encoding="utf-8", timeout=90, dimensions=(40, 200))
     child.expect("Ctrl\\+D quits")
     child.expect("> ")
     return child
@@ -33,7 +32,7 @@ def spawn_chat(tiny_model, *extra) -> pexpect.spawn:
 
 def test_pipe_prints_reply_and_exits(tiny_model, data_dir):
     result = subprocess.run(POCKET + ["chat", "-m", tiny_model, "--temperature", "0", "-n", "8"], cwd=ROOT,
-                            input="Say hi", capture_output=True, text=True, timeout=60, env=dict(os.environ))
+                            input="Say hi", capture_output=True, text=True, timeout=180, env=dict(os.environ))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     [conversation] = saved(data_dir)
@@ -43,7 +42,7 @@ def test_pipe_prints_reply_and_exits(tiny_model, data_dir):
 
 def test_pipe_with_empty_stdin_is_a_usage_error(tiny_model, data_dir):
     result = subprocess.run(POCKET + ["chat", "-m", tiny_model], cwd=ROOT, input="", capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=120)
     assert result.returncode == 2 and "no prompt" in result.stderr
 
 
@@ -68,24 +67,52 @@ def test_repl_multiline_slash_commands_and_history(tiny_model, data_dir):
     assert "line two" in (data_dir / "chat_history").read_text()
 
 
-def test_kill_9_mid_reply_loses_only_the_unfinished_reply(tiny_model, data_dir):
+def saved_earlier_chat(tiny_model) -> ChatSession:
     earlier = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
                           store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))
     earlier.reply("first question")
-    child = spawn_chat(tiny_model, "-n", "2000")
-    child.send("/load 1\r")
-    child.expect("opened first question")
-    child.expect("> ")
-    child.send("second question\r")
-    deadline = time.time() + 20
-    while time.time() < deadline and "second question" not in json.dumps(saved(data_dir)):
-        time.sleep(0.005)
-    os.kill(child.pid, signal.SIGKILL)
-    child.close(force=True)
+    return earlier
+
+
+def assert_only_the_unfinished_reply_is_lost(data_dir, earlier: ChatSession) -> None:
     [conversation] = saved(data_dir)  # still valid JSON
     turns = {t["id"]: t for t in conversation["turns"]}
     leaf = turns[conversation["leaf_id"]]
     assert leaf["role"] == "user" and leaf["content"] == "second question"
     previous = turns[leaf["parent_id"]]
     assert previous["role"] == "assistant" and previous["content"] == earlier.conversation.path()[-1].content
-    assert not list((data_dir / "conversations").glob("*.tmp"))
+    assert turns[previous["parent_id"]]["content"] == "first question"
+    assert not list((data_dir / "conversations").glob(".*.tmp"))
+
+
+def test_kill_9_mid_reply_loses_only_the_unfinished_reply(tiny_model, data_dir):
+    earlier = saved_earlier_chat(tiny_model)
+    child = spawn_chat(tiny_model, "-n", "2000")
+    child.send("/load 1\r")
+    child.expect("opened first question")
+    child.expect("> ")
+    child.send("second question\r")
+    child.expect("second question\r+\n")  # the echo; what follows is the reply, streaming
+    child.read_nonblocking(size=1, timeout=90)  # the reply has started
+    assert "second question" in json.dumps(saved(data_dir))  # the user turn was saved before the reply began
+    os.kill(child.pid, signal.SIGKILL)
+    child.close(force=True)
+    assert_only_the_unfinished_reply_is_lost(data_dir, earlier)
+
+
+def test_kill_9_of_the_textual_app_mid_reply(tiny_model, data_dir):
+    earlier = saved_earlier_chat(tiny_model)
+    args = POCKET[1:] + ["chat", "-m", tiny_model, "--temperature", "0", "-c", "2048", "-n", "2000"]
+    child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), env=dict(os.environ, TERM="xterm-256color"),
+                          encoding="utf-8", timeout=120, dimensions=(30, 100))
+    child.expect("Regenerate")  # the footer: the app is up
+    child.send("/load 1\r")
+    child.send("second question\r")
+    deadline = time.monotonic() + 120
+    while "second question" not in json.dumps(saved(data_dir)):  # saved as soon as it is sent
+        assert time.monotonic() < deadline and child.isalive()
+        time.sleep(0.02)
+    time.sleep(0.3)  # the reply is streaming now (2000 tokens take seconds)
+    os.kill(child.pid, signal.SIGKILL)
+    child.close(force=True)
+    assert_only_the_unfinished_reply_is_lost(data_dir, earlier)

@@ -82,3 +82,10 @@ def test_full_context_drops_oldest_turns_and_says_so(tiny_model, data_dir):
 def test_reply_that_fits_has_no_context_note(session):
     session.reply("hello")
     assert session.last_stats.dropped_turns == 0 and session.last_stats.context_note == ""
+
+
+def test_spec_acceptance_of_one_reply():
+    from pocketcli.chat.session import spec_acceptance
+
+    assert spec_acceptance((10, 5), (20, 13)) == 0.8  # this reply: 10 drafted, 8 accepted
+    assert spec_acceptance(None, None) is None and spec_acceptance((4, 2), (4, 2)) is None

@@ -8,10 +8,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Markdown, ProgressBar, Static
+from textual.widgets import Footer, ProgressBar, Static
 
 from pocketcli.chat.session import ChatSession
-from pocketcli.chat.slash import format_stats, is_slash, run_slash
+from pocketcli.chat.slash import is_slash, run_slash
 
 from ..engine_client import EngineClient
 from ..messages import ModelFailed, ModelLoaded, ModelLoading, ReplyChunk, ReplyFailed, ReplyFinished
@@ -29,6 +29,7 @@ class ChatScreen(Screen):
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+l", "delete_chat", "Delete chat"),
         Binding("ctrl+s", "settings", "Settings"),
+        Binding("ctrl+t", "pick_model", "Model"),
         Binding("ctrl+o", "export", "Export"),
         Binding("ctrl+b", "toggle_sidebar", "Chats"),
         Binding("ctrl+f", "search", "Search", show=False),
@@ -40,9 +41,10 @@ class ChatScreen(Screen):
         self.engine = engine
         self.generating = False
         self.model_loading = True
+        self.announce_model = False
         self.editing_turn_id: str | None = None
         self.reply_view: MessageView | None = None
-        self.reply_stream = None
+        self.reply_streaming = False  # the reply view is mounted and takes text
         self._unstreamed: list[str] = []
         self._delete_armed_at = 0.0
 
@@ -76,8 +78,9 @@ class ChatScreen(Screen):
         speed = f"{stats.decode_tokens_per_second:.1f} tok/s" if stats else "– tok/s"
         state = ("loading model…" if self.model_loading else "generating… (Esc stops)" if self.generating
                  else "editing a turn (Esc cancels)" if self.editing_turn_id else "")
+        spec = f"spec {stats.spec_acceptance:.0%} accepted" if stats and stats.spec_acceptance is not None else ""
         parts = [session.model_label, session.device, speed,
-                 f"ctx {session.context_used}/{session.context_size}", state or note]
+                 f"ctx {session.context_used}/{session.context_size}", spec, state or note]
         self.query_one("#status", Static).update(" │ ".join(p for p in parts if p))
         self.query_one("#loading", ProgressBar).display = self.model_loading
 
@@ -92,6 +95,8 @@ class ChatScreen(Screen):
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.model_loading = False
+        if self.announce_model:  # the first model needs no toast: the status bar names it
+            self.notify(f"model {message.model} loaded", title="Model", timeout=3)
         self.update_status()
 
     def on_model_failed(self, message: ModelFailed) -> None:
@@ -100,10 +105,10 @@ class ChatScreen(Screen):
         self.update_status()
 
     async def on_reply_chunk(self, message: ReplyChunk) -> None:
-        if self.reply_stream is None:
+        if self.reply_view is None or not self.reply_streaming:
             self._unstreamed.append(message.text)  # the reply view is not mounted yet
         else:
-            await self.reply_stream.write(message.text)
+            await self.reply_view.append(message.text)
 
     async def on_reply_finished(self, message: ReplyFinished) -> None:
         if message.stats is not None and message.stats.context_note:
@@ -115,9 +120,9 @@ class ChatScreen(Screen):
         await self._end_reply()
 
     async def _end_reply(self) -> None:
-        if self.reply_stream is not None:
-            await self.reply_stream.stop()
-        self.reply_stream, self.reply_view, self.generating = None, None, False
+        if self.reply_view is not None:
+            await self.reply_view.end_stream()
+        self.reply_view, self.reply_streaming, self.generating = None, False, False
         self.render_conversation()
         self.refresh_sidebar()
 
@@ -139,7 +144,7 @@ class ChatScreen(Screen):
     def start_reply(self) -> None:
         self.generating = True
         self.render_conversation()
-        self.reply_view, self._unstreamed = MessageView(None, "assistant"), []
+        self.reply_view, self.reply_streaming, self._unstreamed = MessageView(None, "assistant"), False, []
         self.query_one("#messages", VerticalScroll).mount(self.reply_view)
         self.reply_view.call_after_refresh(self._open_stream, self.reply_view)
         self.refresh_sidebar()
@@ -147,10 +152,11 @@ class ChatScreen(Screen):
         self.update_status()
 
     async def _open_stream(self, view: MessageView) -> None:
-        if view is self.reply_view and self.reply_stream is None:
-            self.reply_stream = Markdown.get_stream(view.markdown)
+        if view is self.reply_view and not self.reply_streaming:
+            view.start_stream()
+            self.reply_streaming = True
             text, self._unstreamed = "".join(self._unstreamed), []
-            await self.reply_stream.write(text)
+            await view.append(text)
 
     def run_command(self, line: str) -> None:
         if line.strip() in ("/quit", "/exit"):
@@ -160,8 +166,11 @@ class ChatScreen(Screen):
             self.notify("stop the reply first (Esc)", severity="warning")
             return
         result = run_slash(self.session, line)
+        if result.action == "pick_model":
+            self.action_pick_model()
+            return
         if result.action == "model":
-            self.engine.load_model(result.arg)
+            self.switch_model(result.arg)
         elif result.action == "reload":
             self.editing_turn_id = None
             self.render_conversation()
@@ -248,6 +257,30 @@ class ChatScreen(Screen):
         sidebar = self.query_one("#sidebar")
         sidebar.display = True
         sidebar.query_one("#search").focus()
+
+    def action_pick_model(self) -> None:
+        if self.generating or self.model_loading:
+            self.notify("wait for the model or the reply first", severity="warning")
+            return
+        from pocketcli.registry import model_choices
+
+        from .model_picker_screen import ModelPickerScreen
+
+        try:
+            choices = model_choices()
+        except Exception as exc:  # a broken user models.toml is a toast, not a crash
+            self.notify(str(exc), title="Model", severity="error", timeout=8)
+            return
+        self.app.push_screen(ModelPickerScreen(choices, self.session.model_label), self._load_chosen)
+
+    def _load_chosen(self, reference: str | None) -> None:
+        if reference:
+            self.switch_model(reference)
+
+    def switch_model(self, reference: str) -> None:
+        self.model_loading, self.announce_model = True, True
+        self.update_status()
+        self.engine.load_model(reference)
 
     def action_settings(self) -> None:
         from .settings_screen import SettingsScreen

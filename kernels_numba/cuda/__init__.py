@@ -1,0 +1,32 @@
+"""numba-cuda kernels: the ops of kernels_numba.reference with the same signatures, on an NVIDIA GPU.
+
+Inputs may be numpy or device arrays; outputs are device arrays (`to_host` copies one back). Weights are
+uploaded once and stay quantized on the device. Under NUMBA_ENABLE_CUDASIM=1 the same kernels run in numba's
+simulator (warp shuffles supplied by sim_shuffle), which is how they are tested without a GPU.
+"""
+from numba import config as _numba_config
+
+if _numba_config.ENABLE_CUDASIM:
+    from kernels_numba.cuda.sim_shuffle import install_simulated_shuffles
+
+    install_simulated_shuffles()
+
+ON_DEVICE = True  # arrays stay on the GPU: the model routes its arithmetic between ops through add/scale/...
+
+from kernels_numba.cuda.activation import (add, add_bias, gelu_mul, gelu_tanh, scale, silu, silu_mul,  # noqa: E402
+                                           softcap, split_columns)
+from kernels_numba.cuda.attention import paged_attention  # noqa: E402
+from kernels_numba.cuda.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
+from kernels_numba.cuda.device_arrays import as_device as to_device, is_device_array, to_host, zeros  # noqa: E402
+from kernels_numba.cuda.device_weight import SUPPORTED_TYPES, upload_weight, uploaded_bytes  # noqa: E402
+from kernels_numba.cuda.kv_store import store_kv  # noqa: E402
+from kernels_numba.cuda.matvec import linear  # noqa: E402
+from kernels_numba.cuda.norm import rms_norm  # noqa: E402
+from kernels_numba.cuda.rotary import rope  # noqa: E402
+from kernels_numba.cuda.sampler import argmax, top_k  # noqa: E402
+
+__all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
+           "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention",
+           "add", "add_bias", "scale", "split_columns", "argmax", "top_k", "to_device", "to_host", "zeros",
+           "is_device_array",
+           "upload_weight", "uploaded_bytes", "SUPPORTED_TYPES"]

@@ -1,0 +1,20 @@
+"""Threads per block: full-size on a GPU; one warp per block under the simulator, where every thread is a
+Python thread and each block barrier polls them all (the kernels are written for any warp count)."""
+from numba import config
+
+SIMULATED = bool(config.ENABLE_CUDASIM)
+WARPS_PER_BLOCK = 1 if SIMULATED else 4  # row kernels: one warp per row (norm) or per query head (attention)
+MATVEC_WARPS = 1 if SIMULATED else 2  # mat-vec: 32 rows per warp; its shared tile (33 KB) stays under 48 KB
+THREADS = 32 if SIMULATED else 256  # element-wise kernels: one thread per value
+SAMPLER_WARPS = 2 if SIMULATED else 8  # a block per logits row; two warps still exercise the cross-warp step
+MAX_FLAT_BLOCKS = 1 if SIMULATED else 4096  # element-wise kernels stride over the rest (grid-stride loops)
+
+
+def flat_blocks(count: int) -> int:
+    """Blocks for `count` values handled by grid-stride loops of THREADS threads per block."""
+    return max(1, min(MAX_FLAT_BLOCKS, -(-count // THREADS)))
+
+
+def row_blocks(num_rows: int) -> int:
+    """Blocks for kernels with one warp per row, striding over the rows beyond the grid."""
+    return max(1, min(MAX_FLAT_BLOCKS, -(-num_rows // WARPS_PER_BLOCK)))

