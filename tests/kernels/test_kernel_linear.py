@@ -12,7 +12,7 @@ def float64_matmul(x: np.ndarray, w) -> np.ndarray:
     return x.astype(np.float64) @ reference.dequantize(w).astype(np.float64).T
 
 
-@pytest.mark.parametrize("num_tokens", [1, 2, 5, 37])
+@pytest.mark.parametrize("num_tokens", [1, 2, 5, 11, 37])  # 11: the paired fused path past 8 tokens
 @pytest.mark.parametrize("ggml_type", ALL_TYPES, ids=lambda t: t.name)
 def test_linear_matches_float64_dequantized_matmul(ggml_type, num_tokens, threading_mode):
     rng = np.random.default_rng(int(ggml_type) * 100 + num_tokens)
