@@ -24,9 +24,14 @@ from kernels_numba.cuda.matvec import linear  # noqa: E402
 from kernels_numba.cuda.norm import rms_norm  # noqa: E402
 from kernels_numba.cuda.rotary import rope  # noqa: E402
 from kernels_numba.cuda.sampler import argmax, top_k  # noqa: E402
+from kernels_numba.cuda.moe import moe_combine, moe_linear, moe_route  # noqa: E402
+from kernels_numba.cuda.gated_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
+                                               gated_delta_rule_recurrent, l2_normalize)
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention",
            "add", "add_bias", "scale", "split_columns", "argmax", "top_k", "to_device", "to_host", "zeros",
            "is_device_array",
-           "upload_weight", "uploaded_bytes", "SUPPORTED_TYPES"]
+           "upload_weight", "uploaded_bytes", "SUPPORTED_TYPES",
+           "moe_route", "moe_linear", "moe_combine",
+           "conv1d_silu", "gated_delta_rule_recurrent", "gated_delta_rule_chunked", "l2_normalize"]

@@ -11,8 +11,10 @@ from numba import cuda, types
 from kernels_numba.cuda.activation import columns_kernel, elementwise_kernel
 from kernels_numba.cuda.attention import paged_attention_kernel
 from kernels_numba.cuda.dequant import dequantize_rows_kernel
+from kernels_numba.cuda.gated_deltanet import conv1d_silu_kernel, delta_rule_kernel, l2_normalize_kernel
 from kernels_numba.cuda.kv_store import store_kv_kernel
 from kernels_numba.cuda.matvec import matvec_kernel
+from kernels_numba.cuda.moe import combine_kernel, expert_matvec_kernel, route_kernel
 from kernels_numba.cuda.norm import rms_norm_kernel
 from kernels_numba.cuda.rotary import rope_kernel
 from kernels_numba.cuda.sampler import top_k_kernel
@@ -20,6 +22,7 @@ from kernels_numba.cuda.sampler import top_k_kernel
 ARCHITECTURES = ((8, 0), (8, 6), (8, 9), (9, 0))  # A100, RTX 30xx / A10, L4 / RTX 40xx, H100 / H200
 
 _u8_2d, _i32_1d, _i32_2d, _i64_1d = types.uint8[:, ::1], types.int32[::1], types.int32[:, ::1], types.int64[::1]
+_i64_2d = types.int64[:, ::1]
 _f32_1d, _f32_2d, _f32_3d, _f32_4d = (types.float32[::1], types.float32[:, ::1], types.float32[:, :, ::1],
                                       types.float32[:, :, :, ::1])
 _i64, _f32, _f64, _bool = types.int64, types.float32, types.float64, types.boolean
@@ -35,6 +38,12 @@ KERNEL_SIGNATURES = {
     "paged_attention": (paged_attention_kernel, (_f32_3d, _f32_4d, _f32_4d, _i32_2d, _i32_1d, _i32_1d, _f32, _i64,
                                                  _f32, _f32_3d)),
     "top_k": (top_k_kernel, (_f32_2d, _i64, _f32_2d, _i32_2d)),
+    "moe_route": (route_kernel, (_f32_2d, _i64, _bool, _i64_2d, _f32_2d)),
+    "expert_matvec": (expert_matvec_kernel, (_u8_2d, _i64, _f32_2d, _i64, _i64, _i64, _f32_2d, _i64_1d, _f32_2d)),
+    "moe_combine": (combine_kernel, (_f32_2d, _f32_2d, _f32_2d)),
+    "conv1d_silu": (conv1d_silu_kernel, (_f32_2d, _f32_2d, _f32_2d, _f32_2d)),
+    "delta_rule": (delta_rule_kernel, (_f32_3d, _f32_3d, _f32_3d, _f32_2d, _f32_2d, _f32_3d, _f32_3d)),
+    "l2_normalize": (l2_normalize_kernel, (_f32_2d, _f32, _f32_2d)),
 }
 
 

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ..paths import history_file
 from .session import ChatSession
+from .thinking import ThinkingStream
 from .slash import is_slash, run_slash
 
 BANNER = "[bold]pocket chat[/] · model [cyan]{model}[/] · Enter sends, Ctrl+J or Alt+Enter adds a line, " \
@@ -68,9 +69,11 @@ def run_repl_slash(session: ChatSession, line: str, console: Console) -> None:
 
 def stream_to_console(session: ChatSession, console: Console) -> None:
     try:
+        stream = ThinkingStream()
         with closing(session.stream_reply()) as pieces:
             for piece in pieces:
-                console.print(piece, end="", markup=False, soft_wrap=True, style="green")
+                for kind, text in stream.feed(piece):
+                    print_reply_delta(console, kind, text, stream)
         console.print()
         if session.last_stats is not None and session.last_stats.context_note:
             console.print(session.last_stats.context_note, style="yellow", markup=False)
@@ -78,6 +81,16 @@ def stream_to_console(session: ChatSession, console: Console) -> None:
         console.print("\n(stopped)", style="dim")
     except Exception as exc:  # a failed reply must not end the chat
         console.print(f"\nerror: {exc}", style="red", markup=False)
+
+
+def print_reply_delta(console: Console, kind: str, text: str, stream: ThinkingStream) -> None:
+    """Thinking dim and italic under a `thinking:` label; the answer in green, on its own line after it."""
+    if kind == "thinking" and stream.num_thinking_shown == len(text):
+        console.print("thinking: ", end="", style="dim", markup=False)
+    if kind == "answer" and stream.num_thinking_shown and stream.num_answer_shown == len(text):
+        console.print()
+    style = "dim italic" if kind == "thinking" else "green"
+    console.print(text, end="", markup=False, soft_wrap=True, style=style)
 
 
 def make_prompt_session():

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gguf_loader import GGUFFile, UnsupportedModelError, WeightTensor
-from gguf_loader.hparams import ModelHParams
+from gguf_loader import GGUFFile, WeightTensor
 
 from .base import DecoderModel, LayerWeights, float_vector, stack_same_type_runs
 
@@ -67,25 +66,34 @@ def apply_experts(ops: Any, e: ExpertWeights, h: np.ndarray) -> np.ndarray:
     """h: [T, D] -> sum over each token's top-k experts of weight * SwiGLU_expert(h) (+ the shared expert)."""
     expert_ids, weights = ops.moe_route(ops.linear(h, e.router), e.top_k, e.normalize)  # [T, k] each
     flat_ids = expert_ids.reshape(-1)  # token-major: row t * k + j is token t's j-th expert
-    rows = np.repeat(h, e.top_k, axis=0)  # [T * k, D]
+    rows = _repeat_rows(ops, h, e.top_k)  # [T * k, D]
     act = ops.silu_mul(ops.moe_linear(rows, e.gate, flat_ids), ops.moe_linear(rows, e.up, flat_ids))
     out = ops.moe_combine(ops.moe_linear(act, e.down, flat_ids), weights)  # [T, D]
     if e.shared_gate is not None:
         shared = ops.linear(ops.silu_mul(ops.linear(h, e.shared_gate), ops.linear(h, e.shared_up)), e.shared_down)
         if e.shared_router is not None:
-            shared *= 1.0 / (1.0 + np.exp(-ops.linear(h, e.shared_router)))  # [T, 1] gate per token
-        out += shared
+            shared = _gated(ops, shared, ops.linear(h, e.shared_router))  # [T, 1] gate per token
+        out = ops.add(out, shared) if getattr(ops, "ON_DEVICE", False) else out + shared
     return out
+
+
+def _repeat_rows(ops: Any, h, top_k: int):
+    """Each row of h top_k times; device arrays take a host round trip (no device repeat kernel yet)."""
+    if not getattr(ops, "ON_DEVICE", False):
+        return np.repeat(h, top_k, axis=0)
+    return ops.to_device(np.repeat(ops.to_host(h), top_k, axis=0))
+
+
+def _gated(ops: Any, shared, gate_logits):
+    """shared * sigmoid(gate_logits) (a host round trip on a device backend)."""
+    on_device = getattr(ops, "ON_DEVICE", False)
+    shared_host, logits = (ops.to_host(shared), ops.to_host(gate_logits)) if on_device else (shared, gate_logits)
+    gated = shared_host * (1.0 / (1.0 + np.exp(-logits)))
+    return ops.to_device(gated) if on_device else gated
 
 
 class Qwen3MoeModel(DecoderModel):
     activation = "silu"
-
-    def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
-        if getattr(ops, "ON_DEVICE", False):
-            raise UnsupportedModelError(f"{hparams.arch}: the mixture-of-experts kernels exist for the cpu and "
-                                        f"reference backends only (use --backend cpu)")
-        super().__init__(model_file, hparams, ops)
 
     def _load_layer(self, f: GGUFFile, i: int) -> LayerWeights:
         experts = load_experts(self, f, i)

@@ -98,8 +98,8 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 class Qwen3NextModel(DecoderModel):
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
         if getattr(ops, "ON_DEVICE", False):
-            raise UnsupportedModelError(f"{hparams.arch}: the Gated DeltaNet kernels exist for the cpu and reference "
-                                        f"backends only (use --backend cpu)")
+            raise UnsupportedModelError(f"{hparams.arch}: the hybrid model's glue between ops is numpy, so it runs "
+                                        f"on the cpu and reference backends only (use --backend cpu)")
         super().__init__(model_file, hparams, ops)
         num_main = self.num_main_layers
         self.mtp_layers = [self._load_mtp(model_file, i, layer) for i, layer in enumerate(self.layers)

@@ -43,3 +43,16 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     """||actual - expected|| / ||expected|| in float64."""
     expected = np.asarray(expected, dtype=np.float64)
     return float(np.linalg.norm(np.asarray(actual, dtype=np.float64) - expected) / np.linalg.norm(expected))
+
+
+def deltanet_inputs(rng: np.random.Generator, num_tokens: int, heads: int, key_dim: int = 8, value_dim: int = 6):
+    """q, k (L2-normalised, q scaled), v, log-decay g < 0, beta in [0, 1) and a random incoming state."""
+    from kernels_numba import reference_deltanet as ref_dn
+
+    q = ref_dn.l2_normalize(rng.standard_normal((num_tokens, heads, key_dim))) * np.float32(key_dim ** -0.5)
+    k = ref_dn.l2_normalize(rng.standard_normal((num_tokens, heads, key_dim)))
+    v = rng.standard_normal((num_tokens, heads, value_dim)).astype(np.float32)
+    g = -np.abs(rng.standard_normal((num_tokens, heads))).astype(np.float32)
+    beta = rng.uniform(size=(num_tokens, heads)).astype(np.float32)
+    state = rng.standard_normal((heads, key_dim, value_dim)).astype(np.float32)
+    return q, k, v, g, beta, state

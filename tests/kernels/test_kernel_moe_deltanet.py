@@ -7,6 +7,7 @@ from gguf.quants import quantize
 from gguf_loader.weight_tensor import make_weight_tensor
 from kernels_numba import reference_deltanet as ref_dn
 from kernels_numba import reference_moe as ref_moe
+from tests.kernels.kernel_test_data import deltanet_inputs
 
 cpu = pytest.importorskip("kernels_numba.cpu", exc_type=ImportError)
 rng = np.random.default_rng(7)
@@ -48,19 +49,9 @@ def test_moe_route_and_combine(normalize):
                                atol=1e-5)
 
 
-def deltanet_inputs(num_tokens, heads=3, key_dim=8, value_dim=6):
-    q = ref_dn.l2_normalize(rng.standard_normal((num_tokens, heads, key_dim))) * key_dim ** -0.5
-    k = ref_dn.l2_normalize(rng.standard_normal((num_tokens, heads, key_dim)))
-    v = rng.standard_normal((num_tokens, heads, value_dim)).astype(np.float32)
-    g = -np.abs(rng.standard_normal((num_tokens, heads))).astype(np.float32)
-    beta = rng.uniform(size=(num_tokens, heads)).astype(np.float32)
-    state = rng.standard_normal((heads, key_dim, value_dim)).astype(np.float32)
-    return q, k, v, g, beta, state
-
-
 @pytest.mark.parametrize("num_tokens, chunk_size", [(1, 64), (37, 16), (40, 8)])
 def test_chunked_equals_recurrent(num_tokens, chunk_size):
-    q, k, v, g, beta, state = deltanet_inputs(num_tokens)
+    q, k, v, g, beta, state = deltanet_inputs(rng, num_tokens, heads=3)
     outputs, states = [], []
     for ops, chunked in ((ref_dn, False), (ref_dn, True), (cpu, False), (cpu, True)):
         s = state.copy()
@@ -75,7 +66,7 @@ def test_chunked_equals_recurrent(num_tokens, chunk_size):
 
 
 def test_recurrent_step_is_the_delta_rule():
-    q, k, v, g, beta, state = deltanet_inputs(1, heads=1)
+    q, k, v, g, beta, state = deltanet_inputs(rng, 1, heads=1)
     s = state[0].astype(np.float64) * np.exp(g[0, 0])
     s += np.outer(k[0, 0], beta[0, 0] * (v[0, 0] - s.T @ k[0, 0]))
     out = ref_dn.gated_delta_rule_recurrent(q, k, v, g, beta, state)

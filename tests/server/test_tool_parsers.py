@@ -25,6 +25,8 @@ CASES = [  # (parser, text, content, [(name, arguments)])
     (MistralToolParser(), MISTRAL, "", [("get_weather", {"city": "Rome"}), ("get_time", {})]),
     (MistralToolParser(), MISTRAL.removeprefix("[TOOL_CALLS]"), "",  # the control token hidden by the detokenizer
      [("get_weather", {"city": "Rome"}), ("get_time", {})]),
+    (MistralToolParser(), 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}[TOOL_CALLS]get_time[ARGS]{}', "Sure.",
+     [("get_weather", {"city": "Rome"}), ("get_time", {})]),  # the v11+ tokenizer's name[ARGS]{...} form
     (GenericToolParser(), FENCED, "Calling it now.\n", [("get_weather", {"city": "Lima"})]),
     (GenericToolParser(), HERMES, "Let me check.", [("get_weather", {"city": "Paris", "name": "x"}),
                                                     ("get_time", {"tz": "UTC"})]),

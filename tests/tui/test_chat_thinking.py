@@ -5,7 +5,7 @@ from textual.app import App
 from textual.widgets import Static
 
 from pocketcli.chat.conversation import Turn
-from pocketcli.chat.thinking import ThinkingSplit, split_thinking
+from pocketcli.chat.thinking import ThinkingSplit, ThinkingStream, split_thinking
 from tui.widgets.message_view import MessageView
 
 
@@ -67,3 +67,29 @@ async def test_saved_reply_with_thinking_and_user_text_with_tags():
     async with Two().run_test(size=(80, 20)):
         assert reply.thinking.display and reply.markdown.source == "Yes."
         assert not user.thinking.display and "<think>" in user.markdown.source
+
+
+@pytest.mark.parametrize("reply", ["<think>plan: a, then b</think>The answer is 4.",
+                                   "  <think>\nx < y </thi and more</think>\n\nDone </think",
+                                   "no thinking at all </th"])
+def test_thinking_stream_shows_each_character_once_in_any_chunking(reply):
+    """The plain REPL's deltas, fed one character or three at a time, add up to split_thinking's final parts."""
+    final = split_thinking(reply)
+    for size in (1, 3, len(reply)):
+        stream, shown = ThinkingStream(), {"thinking": "", "answer": ""}
+        for start in range(0, len(reply), size):
+            for kind, text in stream.feed(reply[start:start + size]):
+                shown[kind] += text
+        assert shown["thinking"] == (final.thinking or "")
+        assert shown["answer"] == final.answer
+
+
+def test_thinking_stream_keeps_text_already_shown_as_answer():
+    """A reply that starts inside the section (the template wrote `<think>`) looks like an answer until
+    `</think>` arrives: what was shown stays shown, nothing twice, nothing lost."""
+    reply = "already thinking</think>answer"
+    stream, shown = ThinkingStream(), {"thinking": "", "answer": ""}
+    for char in reply:
+        for kind, text in stream.feed(char):
+            shown[kind] += text
+    assert shown == {"thinking": "", "answer": reply}
