@@ -8,13 +8,9 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 
-@dataclass(frozen=True)
-class WeightTensor:
-    name: str
-    ggml_type: GGMLQuantizationType
-    shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
-    data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
-    fp8: Any = None  # FP8 E4M3 weights (1 byte each, stored as I8): their gguf_loader.fp8_layout.FP8Scales
+class RowShaped:
+    """A weight read row by row: rows are all but the last axis of `shape`."""
+    shape: tuple[int, ...]
 
     @property
     def num_rows(self) -> int:
@@ -23,6 +19,15 @@ class WeightTensor:
     @property
     def row_length(self) -> int:
         return self.shape[-1]
+
+
+@dataclass(frozen=True)
+class WeightTensor(RowShaped):
+    name: str
+    ggml_type: GGMLQuantizationType
+    shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
+    data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
+    fp8: Any = None  # FP8 E4M3 weights (1 byte each, stored as I8): their gguf_loader.fp8_layout.FP8Scales
 
     @property
     def type_name(self) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from gguf_loader.weight_tensor import WeightTensor
+from gguf_loader.weight_tensor import RowShaped, WeightTensor
 from kernels_numba.cpu.quant_type import TYPE_CODES
 from kernels_numba.cuda.value_decode import FP8
 from kernels_numba.errors import UnsupportedQuantType
@@ -16,7 +16,7 @@ _NO_SCALES = np.ones((1, 1), dtype=np.float32)
 
 
 @dataclass(frozen=True)
-class DeviceWeight:
+class DeviceWeight(RowShaped):
     name: str
     shape: tuple[int, ...]
     code: int  # kernels_numba.cpu.quant_type code, or value_decode.FP8
@@ -24,14 +24,6 @@ class DeviceWeight:
     scales: object  # device float32 FP8 scale grid ([1, 1] ones for ggml types)
     block_rows: int
     block_cols: int
-
-    @property
-    def num_rows(self) -> int:
-        return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
-
-    @property
-    def row_length(self) -> int:
-        return self.shape[-1]
 
     @property
     def nbytes(self) -> int:

@@ -13,8 +13,7 @@ pytest.importorskip("transformers")
 from pocketcli.cli import main  # noqa: E402
 from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
-from pocketcli.sampling_params import SamplingParams  # noqa: E402
-from tests.hf.tiny_hf import (ARCHS, hf_greedy, hf_logits, load_float32, save_fp8_variant,  # noqa: E402
+from tests.hf.tiny_hf import (ARCHS, engine_greedy, hf_greedy, hf_logits, load_float32, save_fp8_variant,  # noqa: E402
                               save_tiny_model)
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
@@ -33,13 +32,6 @@ def model_dirs(tmp_path_factory):
 
 def make_engine(path: Path, backend: str = BACKEND) -> LLMEngine:
     return LLMEngine(EngineConfig(str(path), ctx_size=128, backend=backend))
-
-
-def engine_greedy(engine: LLMEngine, ids: list[int], steps: int) -> list[int]:
-    seq = engine.add_request(ids, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
-    while engine.has_unfinished():
-        engine.step()
-    return seq.token_ids[len(ids):]
 
 
 def check_against(engine: LLMEngine, reference, tolerance: float) -> float:

@@ -11,7 +11,7 @@ from pocketcli.engine.recurrent_state import RecurrentBlockManager  # noqa: E402
 from pocketcli.engine.scheduler import ScheduledBatch, ScheduledSeq  # noqa: E402
 from pocketcli.engine.sequence import Sequence  # noqa: E402
 from pocketcli.sampling_params import SamplingParams  # noqa: E402
-from tests.hf.tiny_hf import hf_logits  # noqa: E402
+from tests.hf.tiny_hf import engine_greedy, hf_logits  # noqa: E402
 from tests.hf.tiny_qwen_next_hf import hf_greedy_cached, save_tiny_model, single_torch_thread  # noqa: E402
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
@@ -28,13 +28,6 @@ def model_dirs(tmp_path_factory):
 
 def make_engine(path, backend="reference", **kwargs) -> LLMEngine:
     return LLMEngine(EngineConfig(str(path), ctx_size=128, backend=backend, **kwargs))
-
-
-def engine_greedy(engine: LLMEngine, ids: list[int], steps: int) -> list[int]:
-    seq = engine.add_request(ids, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
-    while engine.has_unfinished():
-        engine.step()
-    return seq.token_ids[len(ids):]
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3next", "qwen35moe"])

@@ -7,8 +7,7 @@ pytest.importorskip("transformers")
 
 from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
-from pocketcli.sampling_params import SamplingParams  # noqa: E402
-from tests.hf.tiny_hf import hf_logits  # noqa: E402
+from tests.hf.tiny_hf import engine_greedy, hf_logits  # noqa: E402
 from tests.hf.tiny_qwen_next_hf import hf_greedy_cached, save_tiny_model, single_torch_thread  # noqa: E402
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
@@ -21,13 +20,6 @@ LOGIT_TOLERANCE = 1e-4  # float32 on both sides (measured ~3e-6)
 def moe_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen3moe")
     return path, save_tiny_model(path, "qwen3moe")
-
-
-def engine_greedy(engine: LLMEngine, ids: list[int], steps: int) -> list[int]:
-    seq = engine.add_request(ids, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
-    while engine.has_unfinished():
-        engine.step()
-    return seq.token_ids[len(ids):]
 
 
 def test_qwen3_moe_matches_transformers(moe_dir):

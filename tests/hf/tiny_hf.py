@@ -179,3 +179,13 @@ def save_fp8_variant(source: Path, target: Path, layout: str, block: tuple[int, 
         for name, deq in dequantized.items():
             params[name].copy_(deq)
     return model
+
+
+def engine_greedy(engine, ids: list[int], steps: int) -> list[int]:
+    """`steps` greedy tokens after `ids` through the engine's scheduler (EOS ignored)."""
+    from pocketcli.sampling_params import SamplingParams
+
+    seq = engine.add_request(ids, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    return seq.token_ids[len(ids):]
