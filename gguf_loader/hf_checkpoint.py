@@ -18,8 +18,8 @@ from gguf import GGMLQuantizationType as QT
 from .errors import ModelFileError
 from .fp8_layout import FP8_STORAGE_TYPE, dequantize_fp8, make_fp8_scales
 from .hf_config import hf_metadata, llama3_freq_factors, rope_metadata
-from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, expert_slot, gguf_name, is_norm, is_unit_offset_norm,
-                          moe_gguf_name)
+from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, MTP_ARCHS, deepseek_gguf_name, expert_slot, gguf_name, is_norm,
+                          is_unit_offset_norm, mimo_gguf_name, moe_gguf_name)
 from .reader import TensorInfo
 from .safetensors_reader import SafetensorInfo, open_safetensors_dir
 from .weight_tensor import WeightTensor, make_weight_tensor
@@ -113,10 +113,14 @@ class HFCheckpoint:
         arch = self.architecture
         if arch in MOE_ARCHS or arch in HYBRID_ARCHS:
             return moe_gguf_name(hf_name, arch, int(self.metadata[f"{arch}.block_count"]))
+        if arch == "mimo":
+            return mimo_gguf_name(hf_name, int(self.metadata["mimo.block_count"]))
+        if arch == "deepseek2":
+            return deepseek_gguf_name(hf_name)
         return gguf_name(hf_name, arch)
 
     def _expert_groups(self, hf_infos: dict[str, SafetensorInfo]) -> dict[str, list[SafetensorInfo]]:
-        if self.architecture not in MOE_ARCHS:
+        if self.architecture not in MOE_ARCHS and self.architecture != "deepseek2":
             return {}
         slots: dict[str, dict[int, SafetensorInfo]] = {}
         for hf_name, info in hf_infos.items():
@@ -144,9 +148,10 @@ class HFCheckpoint:
         return self._stacked_cache[name]
 
     def _add_mtp_metadata(self) -> None:
-        """MTP weights (mtp.*) become block num_hidden_layers, counted in block_count as llama.cpp writes it."""
+        """MTP weights (mtp.*, MiMo's model.mtp_layers.*) become block num_hidden_layers on, counted in
+        block_count as llama.cpp writes it."""
         arch = self.architecture
-        if arch not in HYBRID_ARCHS:
+        if arch not in MTP_ARCHS:
             return
         num_main = int(self.metadata[f"{arch}.block_count"])
         if f"blk.{num_main}.nextn.eh_proj.weight" in self._names:

@@ -17,6 +17,10 @@ HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_
 HF_ARCHITECTURES.update({"Qwen3MoeForCausalLM": "qwen3moe", "Qwen3NextForCausalLM": "qwen3next",
                          "Qwen3_5ForCausalLM": "qwen35", "Qwen3_5ForConditionalGeneration": "qwen35",
                          "Qwen3_5MoeForCausalLM": "qwen35moe", "Qwen3_5MoeForConditionalGeneration": "qwen35moe"})
+HF_ARCHITECTURES["MiMoForCausalLM"] = "mimo"  # Qwen2 + MTP layers (model.mtp_layers.*)
+HF_MODEL_TYPES["mimo"] = "mimo"
+HF_ARCHITECTURES["DeepseekV3ForCausalLM"] = "deepseek2"  # llama.cpp's name for DeepSeek-V2/V3 (MLA + MoE)
+HF_MODEL_TYPES["deepseek_v3"] = "deepseek2"
 HF_MODEL_TYPES.update({"qwen3_moe": "qwen3moe", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35",
                        "qwen3_5_moe_text": "qwen35moe"})
 
@@ -126,7 +130,9 @@ def hf_metadata(config: dict, where: str) -> dict[str, Any]:
         meta["llama.rope.is_neox"] = True  # HF llama q/k are not permuted like GGUF's: rotate-half pairs
         if config.get("attention_bias") or config.get("mlp_bias"):
             raise UnsupportedModelError(f"{where}: llama with attention_bias/mlp_bias is not supported")
-    if arch in ("qwen2", "qwen3") and config.get("use_sliding_window"):
+    if arch == "mimo":
+        meta["mimo.rope.is_neox"] = True  # Qwen2's rotate-half RoPE
+    if arch in ("qwen2", "qwen3", "mimo") and config.get("use_sliding_window"):
         raise UnsupportedModelError(f"{where}: {arch} with use_sliding_window is not supported")
     if arch == "gemma3":
         pattern = sliding_pattern(config, num_layers, where)
@@ -135,8 +141,35 @@ def hf_metadata(config: dict, where: str) -> dict[str, Any]:
         for key in ("final_logit_softcapping", "attn_logit_softcapping"):
             if config.get(key):
                 meta[f"gemma3.{key}"] = float(config[key])
-    meta.update(moe_metadata(arch, config) | hybrid_metadata(arch, config, meta))
+    meta.update(moe_metadata(arch, config) | hybrid_metadata(arch, config, meta) | deepseek_metadata(arch, config))
     return meta
+
+
+def deepseek_metadata(arch: str, config: dict) -> dict[str, Any]:
+    """llama.cpp's deepseek2 keys: MLA ranks and head sizes (K/V expanded per head, so head_count_kv = head_count
+    and key_length = nope + rope dims), the sigmoid group-limited router, the leading dense layers."""
+    if arch != "deepseek2":
+        return {}
+    if not config.get("rope_interleave", True):
+        raise UnsupportedModelError("deepseek_v3 with rope_interleave false is not supported")
+    nope, rope = int(config["qk_nope_head_dim"]), int(config["qk_rope_head_dim"])
+    p = "deepseek2."
+    return {
+        p + "attention.head_count_kv": int(config["num_attention_heads"]),
+        p + "attention.key_length": nope + rope, p + "attention.value_length": int(config["v_head_dim"]),
+        p + "attention.q_lora_rank": int(config.get("q_lora_rank") or 0),
+        p + "attention.kv_lora_rank": int(config["kv_lora_rank"]), p + "rope.dimension_count": rope,
+        p + "leading_dense_block_count": int(config.get("first_k_dense_replace", 0)),
+        p + "expert_count": int(config["n_routed_experts"]),
+        p + "expert_used_count": int(config["num_experts_per_tok"]),
+        p + "expert_feed_forward_length": int(config["moe_intermediate_size"]),
+        p + "expert_shared_count": int(config.get("n_shared_experts") or 0),
+        p + "expert_weights_scale": float(config.get("routed_scaling_factor", 1.0)),
+        p + "expert_weights_norm": bool(config.get("norm_topk_prob", True)),
+        p + "expert_group_count": int(config.get("n_group") or 1),
+        p + "expert_group_used_count": int(config.get("topk_group") or 1),
+        p + "expert_gating_func": 2,  # sigmoid (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
+    }
 
 
 def moe_metadata(arch: str, config: dict) -> dict[str, Any]:

@@ -102,3 +102,51 @@ def moe_gguf_name(hf_name: str, arch: str, num_layers: int) -> str | None:
 def is_unit_offset_norm(name: str, arch: str) -> bool:
     """Qwen3-Next / Qwen3.5 norms apply 1 + w (GGUF stores w + 1), except the Gated DeltaNet output norm."""
     return arch in HYBRID_ARCHS and is_norm(name) and not name.endswith("ssm_norm.weight")
+
+
+# --- MiMo: Qwen2 plus model.mtp_layers.{i}.* (stored as block num_hidden_layers + i, llama.cpp's nextn names) -----
+MTP_ARCHS = HYBRID_ARCHS | {"mimo", "deepseek2"}  # block_count counts the MTP blocks (hf_checkpoint._add_mtp_metadata)
+MIMO_MTP_NAMES = {"input_proj": "nextn.eh_proj", "token_layernorm": "nextn.enorm",
+                  "hidden_layernorm": "nextn.hnorm", "final_layernorm": "nextn.shared_head_norm"}
+_MIMO_MTP_RE = re.compile(r"^model\.mtp_layers\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+def mimo_gguf_name(hf_name: str, num_layers: int) -> str | None:
+    """Our name for a MiMo tensor: the Qwen2 names, MTP layer i as block num_layers + i."""
+    match = _MIMO_MTP_RE.match(hf_name)
+    if not match:
+        return gguf_name(hf_name, "qwen2")
+    index, module, kind = match.groups()
+    block = num_layers + int(index)
+    if module in MIMO_MTP_NAMES:
+        return f"blk.{block}.{MIMO_MTP_NAMES[module]}.{kind}"
+    return gguf_name(f"model.layers.{block}.{module}.{kind}", "qwen2")  # the MTP's Qwen2 decoder block
+
+
+# --- DeepSeek-V3 (llama.cpp's deepseek2 names): MLA attention, routed + shared experts, nextn layer(s) after the main
+# layers, already numbered model.layers.{num_hidden_layers}.* in HF checkpoints ----------------------------------
+DEEPSEEK_LAYER_NAMES = {
+    **LAYER_NAMES, "self_attn.q_a_proj": "attn_q_a", "self_attn.q_a_layernorm": "attn_q_a_norm",
+    "self_attn.q_b_proj": "attn_q_b", "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa",
+    "self_attn.kv_a_layernorm": "attn_kv_a_norm", "self_attn.kv_b_proj": "attn_kv_b", "mlp.gate": "ffn_gate_inp",
+    "mlp.shared_experts.gate_proj": "ffn_gate_shexp", "mlp.shared_experts.up_proj": "ffn_up_shexp",
+    "mlp.shared_experts.down_proj": "ffn_down_shexp",
+    "enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "eh_proj": "nextn.eh_proj",
+    "shared_head.norm": "nextn.shared_head_norm", "shared_head.head": "nextn.shared_head_head",
+    "embed_tokens": "nextn.embed_tokens",
+}
+
+
+def deepseek_gguf_name(hf_name: str) -> str | None:
+    """Our name for a DeepSeek-V3 tensor (experts: see expert_slot), or None."""
+    if hf_name in GLOBAL_NAMES:
+        return GLOBAL_NAMES[hf_name]
+    match = _PARAM_RE.match(hf_name)
+    if not match:
+        return None
+    layer, rest = match.groups()
+    if rest == "mlp.gate.e_score_correction_bias":  # the router's selection bias
+        return f"blk.{layer}.exp_probs_b.bias"
+    module, _, kind = rest.rpartition(".")
+    ours = DEEPSEEK_LAYER_NAMES.get(module)
+    return f"blk.{layer}.{ours}.{kind}" if ours and kind in ("weight", "bias") else None

@@ -228,6 +228,8 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
 
 # ---------------------------------------------------------------- mixture of experts, Gated DeltaNet
 # (their numpy oracles live in reference_moe.py and reference_deltanet.py; re-exported so get_ops finds them)
-from kernels_numba.reference_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
-                                              gated_delta_rule_recurrent, l2_normalize)
+from kernels_numba.reference_deltanet import (conv1d_silu, deltanet_gates, expand_heads,  # noqa: E402
+                                              gated_delta_rule_chunked, gated_delta_rule_recurrent,
+                                              gated_rms_norm, l2_normalize)
+from kernels_numba.reference_gated_attention import rope_partial, sigmoid_mul  # noqa: E402
 from kernels_numba.reference_moe import moe_combine, moe_linear, moe_route  # noqa: E402

@@ -81,3 +81,37 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """x * rsqrt(sum(x^2) + eps) over the last axis (FLA's / transformers' l2norm)."""
     x64 = np.asarray(x, dtype=np.float64)
     return (x64 / np.sqrt((x64 * x64).sum(axis=-1, keepdims=True) + eps)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- the layer's glue around the delta rule
+
+def _sigmoid64(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def deltanet_gates(b: np.ndarray, alpha: np.ndarray, a: np.ndarray, dt_bias: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per token and value head: (log decay g = a * softplus(alpha + dt_bias), write strength beta = sigmoid(b)).
+
+    b, alpha: [T, H] projections; a (= -exp(A_log)), dt_bias: [H] -> g, beta float32 [T, H]."""
+    shifted = np.asarray(alpha, dtype=np.float64) + np.asarray(dt_bias, dtype=np.float64)
+    g = np.asarray(a, dtype=np.float64) * np.logaddexp(0.0, shifted)
+    return g.astype(np.float32), _sigmoid64(b).astype(np.float32)
+
+
+def expand_heads(x: np.ndarray, num_heads: int, grouped: bool, scale: float = 1.0) -> np.ndarray:
+    """Key heads [T, H_k, d] to value heads [T, num_heads, d], times scale: grouped (HF: head j reads key head
+    j // (num_heads / H_k)) or tiled (llama.cpp qwen35 GGUF: head j reads key head j % H_k)."""
+    ratio = num_heads // x.shape[1]
+    x64 = np.asarray(x, dtype=np.float64) * scale
+    expanded = np.repeat(x64, ratio, axis=1) if grouped else np.tile(x64, (1, ratio, 1))
+    return expanded.astype(np.float32)
+
+
+def gated_rms_norm(x: np.ndarray, weight: np.ndarray, z: np.ndarray, eps: float) -> np.ndarray:
+    """The DeltaNet output gate: RMSNorm(x) * weight * silu(z), norm over each head's d_v values.
+
+    x: [T, H, d_v] (or any [..., d_v]), z: [T, H * d_v] (x's size) -> float32 of z's shape."""
+    x64 = np.asarray(x, dtype=np.float64).reshape(-1, np.shape(x)[-1])
+    normed = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * np.asarray(weight, np.float64)
+    return (normed.reshape(np.shape(z)) * _silu(np.asarray(z, dtype=np.float64))).astype(np.float32)

@@ -19,6 +19,8 @@ class EngineConfig:
     spec: str | None = None  # speculative decoding drafter (SPEC_METHODS); None = off
     spec_k: int = 4  # most draft tokens per sequence and round; adaptive k stays in [1, spec_k]
     draft_model_path: str | None = None  # --spec draft (same vocabulary) or --spec dflash (DFlash checkpoint)
+    tp_size: int = 1  # tensor-parallel ranks (one process each; pocketcli/parallel)
+    devices: tuple[int, ...] = ()  # CUDA ordinal of each rank (default 0..tp_size-1)
 
     def __post_init__(self):
         if self.ctx_size < 0:
@@ -30,6 +32,7 @@ class EngineConfig:
         if self.block_size < 1:
             raise ValueError(f"block-size must be >= 1, got {self.block_size}")
         self._check_spec()
+        self._check_parallel()
 
     def _check_spec(self) -> None:
         if self.spec is None and self.draft_model_path:
@@ -40,3 +43,12 @@ class EngineConfig:
             raise ValueError(f"spec-k must be in [1, {MAX_SPEC_K}], got {self.spec_k}")
         if self.spec in ("draft", "dflash") and not self.draft_model_path:
             raise ValueError(f"--spec {self.spec} needs --draft-model PATH")
+
+    def _check_parallel(self) -> None:
+        if self.tp_size < 1:
+            raise ValueError(f"--tp must be >= 1, got {self.tp_size}")
+        if self.devices and len(self.devices) != self.tp_size:
+            raise ValueError(f"--devices lists {len(self.devices)} devices for --tp {self.tp_size}")
+        if self.tp_size > 1 and self.spec in ("dflash", "mtp"):
+            raise ValueError(f"--spec {self.spec} reads the target model's own weights: not with --tp > 1 "
+                             f"(ngram and draft work)")

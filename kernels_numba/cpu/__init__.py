@@ -13,6 +13,7 @@ def is_compiled() -> bool:
 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402
+from kernels_numba.cpu.decode_layer import decode_layer, plan_decode_layer  # noqa: E402
 from kernels_numba.cpu.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
 from kernels_numba.cpu.kv_store import store_kv  # noqa: E402
 from kernels_numba.cpu.matmul import linear  # noqa: E402
@@ -22,6 +23,8 @@ from kernels_numba.cpu.rotary import rope  # noqa: E402
 from kernels_numba.cpu.moe import moe_combine, moe_linear, moe_route  # noqa: E402
 from kernels_numba.cpu.gated_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
                                               gated_delta_rule_recurrent, l2_normalize)
+from kernels_numba.cpu.hybrid_glue import (deltanet_gates, expand_heads, gated_rms_norm,  # noqa: E402
+                                           rope_partial, sigmoid_mul)
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]

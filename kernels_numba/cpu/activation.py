@@ -8,32 +8,62 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from kernels_numba.cpu.fast_exp import exp_f32
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 
 SILU, GELU_TANH, SOFTCAP = 0, 1, 2
 PARALLEL_MIN_VALUES = 1 << 16  # exp/tanh per value: worth threads sooner than plain arithmetic
 GELU_SQRT_2_OVER_PI = 0.7978845608028654
 GELU_COEF_A = 0.044715
+RUN_VALUES = 1024  # values per activation run before the gate product pass: stays in L1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def activate(kind, value, cap):
     """One value through activation `kind` (cap only used by SOFTCAP); math in float32 like ggml."""
     if kind == SILU:
-        return value / (np.float32(1.0) + np.float32(math.exp(-value)))
+        return silu_value(value)
     if kind == GELU_TANH:
-        inner = np.float32(GELU_SQRT_2_OVER_PI) * value * (np.float32(1.0) + np.float32(GELU_COEF_A) * value * value)
-        return np.float32(0.5) * value * (np.float32(1.0) + np.float32(math.tanh(inner)))
+        return gelu_value(value)
     return cap * np.float32(math.tanh(value / cap))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
+def silu_value(value):
+    return value / (np.float32(1.0) + exp_f32(-value))
+
+
+@njit(cache=True, inline="always")
+def gelu_value(value):
+    """ggml's tanh GELU as value * sigmoid(2 inner) (0.5 (1 + tanh u) = 1 / (1 + e^-2u)): no cancellation for
+    negative values, and exp_f32 instead of math.tanh lets the loop vectorise."""
+    inner = np.float32(GELU_SQRT_2_OVER_PI) * value * (np.float32(1.0) + np.float32(GELU_COEF_A) * value * value)
+    return value / (np.float32(1.0) + exp_f32(np.float32(-2.0) * inner))
+
+
+# One loop per kind over L1-sized runs, then the gate product: a branch on `kind` inside the loop, or a libm
+# call (math.exp/tanh), keeps it scalar. error_model="numpy" drops the zero-division checks for the same reason.
+# Measured on 1M values: GELU 0.7 ns/value (was 24 with math.tanh; a fifth of Gemma 3's prefill time), SiLU alike.
+@njit(cache=True, nogil=True, error_model="numpy")
 def apply_range(kind, x, multiplier, cap, out, start, stop):
     """out[i] = activate(x[i]) (* multiplier[i] when multiplier is non-empty) for i in [start, stop)."""
-    gated = multiplier.size > 0
-    for i in range(start, stop):
-        value = activate(kind, x[i], cap)
-        out[i] = value * multiplier[i] if gated else value
+    for run_start in range(start, stop, RUN_VALUES):
+        run_stop = min(stop, run_start + RUN_VALUES)
+        # slices indexed from 0: a loop index numba cannot prove >= 0 gets a wraparound fix-up, and stays scalar
+        run_x, run_out = x[run_start:run_stop], out[run_start:run_stop]
+        if kind == GELU_TANH:
+            for i in range(run_x.size):
+                run_out[i] = gelu_value(run_x[i])
+        elif kind == SILU:
+            for i in range(run_x.size):
+                run_out[i] = silu_value(run_x[i])
+        else:
+            for i in range(run_x.size):
+                run_out[i] = activate(kind, run_x[i], cap)
+        if multiplier.size > 0:
+            run_multiplier = multiplier[run_start:run_stop]
+            for i in range(run_x.size):
+                run_out[i] *= run_multiplier[i]
 
 
 @njit(cache=True, parallel=True)
@@ -46,7 +76,56 @@ def apply_parallel(kind, x, multiplier, cap, out, chunks):
 _NO_MULTIPLIER = np.zeros(0, dtype=np.float32)
 
 
+@njit(cache=True, nogil=True)
+def apply_rows(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, out, first_row, stop_row):
+    """apply_range on rows first_row..stop_row-1 of row-strided x and multiplier (flat, row r at r * stride)."""
+    row_length = out.shape[1]
+    gated = multiplier.size > 0
+    for r in range(first_row, stop_row):
+        row_x = x[r * x_row_stride:r * x_row_stride + row_length]
+        row_multiplier = (multiplier[r * multiplier_row_stride:r * multiplier_row_stride + row_length] if gated
+                          else multiplier)
+        apply_range(kind, row_x, row_multiplier, cap, out[r], 0, row_length)
+
+
+@njit(cache=True, parallel=True)
+def apply_rows_parallel(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, out, chunks):
+    rows_per_chunk = (out.shape[0] + chunks - 1) // chunks
+    for c in prange(chunks):
+        apply_rows(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, out, c * rows_per_chunk,
+                   min(out.shape[0], (c + 1) * rows_per_chunk))
+
+
+def _row_strided(a: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A float32 [n, k] view with contiguous rows (a column slice, as gate/up of a stacked projection) as one
+    flat contiguous array covering it plus its row stride, so no copy is made; None for other layouts."""
+    if a.ndim != 2 or a.dtype != np.float32 or a.strides[1] != 4 or a.strides[0] % 4 or a.shape[0] == 0:
+        return None
+    row_stride = a.strides[0] // 4
+    span = (a.shape[0] - 1) * row_stride + a.shape[1]
+    return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(4,)), row_stride
+
+
+def _apply_row_strided(kind: int, x: np.ndarray, multiplier: np.ndarray | None, cap: float) -> np.ndarray | None:
+    """_apply for gate/up column views without copying them (measured: the two copies cost more than GELU)."""
+    flat_x = _row_strided(x)
+    flat_multiplier = (_NO_MULTIPLIER, 0) if multiplier is None else _row_strided(multiplier)
+    if flat_x is None or flat_multiplier is None or (multiplier is not None and multiplier.shape != x.shape):
+        return None
+    out = np.empty(x.shape, dtype=np.float32)
+    args = (kind, *flat_x, *flat_multiplier, np.float32(cap), out)
+    if use_threads(x.size, PARALLEL_MIN_VALUES):
+        apply_rows_parallel(*args, num_chunks(x.shape[0]))
+    else:
+        apply_rows(*args, 0, x.shape[0])
+    return out
+
+
 def _apply(kind: int, x: np.ndarray, multiplier: np.ndarray | None, cap: float, out: np.ndarray | None):
+    if out is None and not x.flags.c_contiguous:
+        result = _apply_row_strided(kind, x, multiplier, cap)
+        if result is not None:
+            return result
     x = np.ascontiguousarray(x, dtype=np.float32)
     if multiplier is not None:
         multiplier = np.ascontiguousarray(multiplier, dtype=np.float32)

@@ -6,6 +6,9 @@ from numba import njit, prange
 
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
+from kernels_numba.cpu.prefill_attention import attend_sequence
+
+MIN_BLOCKED_QUERIES = 16  # a sequence with this many queries (a prompt chunk) takes the GEMM-tiled path
 
 
 @njit(cache=True)
@@ -124,9 +127,26 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
     token_seq = sequence_of_tokens(query_start_loc, q.shape[0])
     args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, np.float32(scale),
             int(sliding_window), np.float32(softcap), out)
+    num_queries = np.diff(query_start_loc)
+    if num_queries.size and num_queries.max() >= MIN_BLOCKED_QUERIES:
+        _attention_by_sequence(args, num_queries)
+        return out
     num_tasks = q.shape[0] * q.shape[1]
     if use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
         attend_tasks_parallel(*args, num_chunks(num_tasks))
     else:
         attend_tasks(*args, 0, num_tasks)
     return out
+
+
+def _attention_by_sequence(args: tuple, num_queries: np.ndarray) -> None:
+    """Prompt chunks through GEMM tiles, the other sequences (decodes, short verifies) through attend_tasks."""
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, _, scale, sliding_window, softcap, out = args
+    num_heads = q.shape[1]
+    for seq, count in enumerate(num_queries):
+        first, stop = int(query_start_loc[seq]), int(query_start_loc[seq + 1])
+        if count >= MIN_BLOCKED_QUERIES:
+            attend_sequence(q[first:stop], k_cache, v_cache, block_tables[seq], int(context_lens[seq]), float(scale),
+                            sliding_window, float(softcap), out[first:stop])
+        elif count:
+            attend_tasks(*args, first * num_heads, stop * num_heads)

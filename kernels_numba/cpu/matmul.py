@@ -1,9 +1,10 @@
 """y = x @ W.T for quantized W without ever holding W in float32.
 
 Decode (one token): one fused pass over the weight bytes (block_dot), row groups split across threads for big
-matrices. Prefill (more tokens): rows are decoded a tile at a time into a reused float32 buffer and multiplied
-with BLAS. The tile decode runs on the calling thread on purpose: alternating numba's thread pool with
-OpenBLAS's (both spin-wait between calls) made the tiled path 40x slower on 2 cores.
+matrices. Prefill (more tokens): rows are decoded a tile at a time into a float32 buffer and multiplied with BLAS.
+OpenBLAS stays single-threaded: alternating numba's thread pool with OpenBLAS's (both spin-wait between calls)
+made the tiled path 40x slower on 2 cores. Instead each numba thread decodes its own row chunk's tiles and calls
+sgemm itself (tile_gemm.py); without a usable sgemm the tiles are decoded and multiplied on the calling thread.
 """
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ from numba import njit, prange
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu import parallel_policy
+from kernels_numba.cpu.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
+from kernels_numba.cpu.blas import find_sgemm
 from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
+from kernels_numba.cpu.parallel_policy import (CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads,
+                                                use_threads)
 from kernels_numba.cpu.prefetch import prefetch_rows
 from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
+from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
-TILE_BYTES = 512 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM
+TILE_BYTES = 1024 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM (512K-4M measured)
 MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
 PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
 
@@ -60,33 +66,50 @@ def _reused_buffer(name: str, num_values: int) -> np.ndarray:
 
 
 def _block_sums(x: np.ndarray, code: int) -> np.ndarray:
-    """Sums of each run of 32 (Q2_K: 16) values of x (only the types with a per-run minimum use them)."""
-    run_length = qt.VALUES_PER_X_SUM.get(code)
-    if run_length is None:
-        return np.zeros((x.shape[0], 0), dtype=np.float32)
-    return x.reshape(x.shape[0], -1, run_length).sum(axis=-1, dtype=np.float32)
+    return block_sums(code, x)
 
 
-def _fused_matvec_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-    x_sums = _block_sums(x, code)
-    num_groups = -(-data.shape[0] // ROWS_PER_GROUP)
-    if use_threads(data.shape[0] * x.shape[1]):
-        matvec_parallel_into(code, data, x, x_sums, out, num_chunks(num_groups))
+@njit(cache=True)
+def block_sums(code, x):
+    """Sums of each run of 32 (Q2_K: 16) values of x: [n, k] for the types with a per-run minimum, else [n, 0]."""
+    run_length = 16 if code == qt.Q2_K else 32
+    has_min = code in (qt.Q4_1, qt.Q5_1, qt.Q4_K, qt.Q5_K, qt.Q2_K)  # the keys of qt.VALUES_PER_X_SUM
+    sums = np.zeros((x.shape[0], x.shape[1] // run_length if has_min else 0), dtype=np.float32)
+    for t in range(x.shape[0]):
+        for run in range(sums.shape[1]):
+            for j in range(run_length):
+                sums[t, run] += x[t, run * run_length + j]
+    return sums
+
+
+@njit(cache=True)
+def matvec_into(code, data, x, out):
+    """out = x @ data.T by the fused dot (x: [n, k], n up to max_fused_tokens), threads for big matrices only.
+
+    Small ones still go through the parallel entry, with the pool limited to this thread: numba compiles a
+    parallel loop body with noalias array arguments, and that code is 1.3-2.2x faster (Q8_0, Q4_K, Q5_0; measured)
+    than the same kernel called as a plain njit function, where LLVM must assume `out` may alias the weights and
+    x. Deciding here rather than in Python saves ~15 us of numba thread-count calls per mat-vec (decode: ~80 per
+    token).
+    """
+    x_sums = block_sums(code, x)
+    threads = pool_threads()
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    if threads > 1 and data.shape[0] * x.shape[1] >= PARALLEL_MIN_WORK:
+        matvec_parallel_into(code, data, x, x_sums, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
     else:
-        # still the parallel entry, with the pool limited to this thread: numba compiles a parallel loop body with
-        # noalias array arguments, and that code is 1.3-2.2x faster (Q8_0, Q4_K, Q5_0; measured) than the same
-        # kernel called as a plain njit function, where LLVM must assume `out` may alias the weights and x
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            matvec_parallel_into(code, data, x, x_sums, out, 1)
-        finally:
-            numba.set_num_threads(threads)
+        set_pool_threads(1)
+        matvec_parallel_into(code, data, x, x_sums, out, 1)
+        set_pool_threads(threads)
 
 
 def _tiled_matmul_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     num_rows, row_length = data.shape[0], x.shape[1]
     tile_rows = int(min(num_rows, max(16, TILE_BYTES // (4 * row_length))))
+    sgemm = find_sgemm()
+    if sgemm is not None and use_threads(x.shape[0] * num_rows * row_length):
+        tiled_matmul_parallel(code, data, x, out, tile_rows, sgemm.address, sgemm.ilp64, numba.get_num_threads())
+        return
     tile_buffer = _reused_buffer("tile", tile_rows * row_length)
     for start in range(0, num_rows, tile_rows):
         stop = min(start + tile_rows, num_rows)
@@ -121,8 +144,10 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
+    elif 2 <= x.shape[0] <= MAX_BATCH_TOKENS and code in BATCH_CODES:  # one decode for all tokens (batch_dot)
+        batch_matvec_into(code, data, x, out, parallel_policy.PARALLEL_MIN_WORK)
     elif x.shape[0] <= max_fused_tokens(code):
-        _fused_matvec_into(code, data, x, out)
+        matvec_into(code, data, x, out)
     else:
         _tiled_matmul_into(code, data, x, out)
     return out

@@ -87,7 +87,7 @@ def _fused_expert_matvec(x: np.ndarray, w: WeightTensor, expert_ids: np.ndarray,
     if use_threads(x.shape[0] * rows_per_expert * x.shape[1]):
         expert_matvec_into(code, data, rows_per_expert, x, _block_sums(x, code), expert_ids, out,
                            num_chunks(num_items))
-    else:  # the parallel entry on one thread (see matmul._fused_matvec_into: faster code than plain njit)
+    else:  # the parallel entry on one thread (see matmul.matvec_into: faster code than plain njit)
         threads = numba.get_num_threads()
         numba.set_num_threads(1)
         try:

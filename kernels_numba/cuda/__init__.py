@@ -23,15 +23,22 @@ from kernels_numba.cuda.kv_store import store_kv  # noqa: E402
 from kernels_numba.cuda.matvec import linear  # noqa: E402
 from kernels_numba.cuda.norm import rms_norm  # noqa: E402
 from kernels_numba.cuda.rotary import rope  # noqa: E402
-from kernels_numba.cuda.sampler import argmax, top_k  # noqa: E402
+from kernels_numba.cuda.sampler import MAX_TOP_K, argmax, top_k, top_k_on_device  # noqa: E402
 from kernels_numba.cuda.moe import moe_combine, moe_linear, moe_route  # noqa: E402
 from kernels_numba.cuda.gated_deltanet import (conv1d_silu, gated_delta_rule_chunked,  # noqa: E402
                                                gated_delta_rule_recurrent, l2_normalize)
+from kernels_numba.cuda.deltanet_heads import deltanet_gates, expand_heads, gated_rms_norm  # noqa: E402
+from kernels_numba.cuda.gated_attention import rope_partial, sigmoid_mul  # noqa: E402
+from kernels_numba.cuda.array_layout import (assign, concat_columns, concat_rows, copy_array,  # noqa: E402
+                                             fill_zeros, repeat_rows)
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention",
-           "add", "add_bias", "scale", "split_columns", "argmax", "top_k", "to_device", "to_host", "zeros",
+           "add", "add_bias", "scale", "split_columns", "argmax", "top_k", "top_k_on_device", "MAX_TOP_K",
+           "to_device", "to_host", "zeros",
            "is_device_array",
            "upload_weight", "uploaded_bytes", "SUPPORTED_TYPES",
            "moe_route", "moe_linear", "moe_combine",
-           "conv1d_silu", "gated_delta_rule_recurrent", "gated_delta_rule_chunked", "l2_normalize"]
+           "conv1d_silu", "gated_delta_rule_recurrent", "gated_delta_rule_chunked", "l2_normalize",
+           "deltanet_gates", "expand_heads", "gated_rms_norm", "rope_partial", "sigmoid_mul",
+           "assign", "concat_columns", "concat_rows", "copy_array", "fill_zeros", "repeat_rows"]

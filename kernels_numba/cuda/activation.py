@@ -22,6 +22,15 @@ def silu_value(x):
 
 
 @cuda.jit(device=True)
+def sigmoid_value(x):
+    """1 / (1 + exp(-x)), with exp of a non-positive number only (no overflow)."""
+    if x >= 0:
+        return np.float32(1.0) / (np.float32(1.0) + math.exp(-x))
+    e = math.exp(x)
+    return e / (np.float32(1.0) + e)
+
+
+@cuda.jit(device=True)
 def gelu_tanh_value(x):
     inner = GELU_SQRT_2_OVER_PI * x * (np.float32(1.0) + GELU_COEF_A * x * x)
     return np.float32(0.5) * x * (np.float32(1.0) + math.tanh(inner))

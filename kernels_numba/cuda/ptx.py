@@ -9,7 +9,10 @@ from types import SimpleNamespace
 from numba import cuda, types
 
 from kernels_numba.cuda.activation import columns_kernel, elementwise_kernel
+from kernels_numba.cuda.array_layout import place_kernel, repeat_rows_kernel
 from kernels_numba.cuda.attention import paged_attention_kernel
+from kernels_numba.cuda.deltanet_heads import expand_heads_kernel, gated_rms_norm_kernel, gates_kernel
+from kernels_numba.cuda.gated_attention import partial_rope_kernel, sigmoid_mul_kernel
 from kernels_numba.cuda.dequant import dequantize_rows_kernel
 from kernels_numba.cuda.gated_deltanet import conv1d_silu_kernel, delta_rule_kernel, l2_normalize_kernel
 from kernels_numba.cuda.kv_store import store_kv_kernel
@@ -44,6 +47,13 @@ KERNEL_SIGNATURES = {
     "conv1d_silu": (conv1d_silu_kernel, (_f32_2d, _f32_2d, _f32_2d, _f32_2d)),
     "delta_rule": (delta_rule_kernel, (_f32_3d, _f32_3d, _f32_3d, _f32_2d, _f32_2d, _f32_3d, _f32_3d)),
     "l2_normalize": (l2_normalize_kernel, (_f32_2d, _f32, _f32_2d)),
+    "deltanet_gates": (gates_kernel, (_f32_2d, _f32_2d, _f32_1d, _f32_1d, _f32_2d, _f32_2d)),
+    "expand_heads": (expand_heads_kernel, (_f32_3d, _bool, _f32, _f32_3d)),
+    "gated_rms_norm": (gated_rms_norm_kernel, (_f32_2d, _f32_1d, _f32_2d, _f32, _f32_2d)),
+    "sigmoid_mul": (sigmoid_mul_kernel, (_f32_2d, _f32_2d, _f32_2d)),
+    "partial_rope": (partial_rope_kernel, (_f32_3d, _i64_1d, _f64, _i64, _f32_3d)),
+    "place": (place_kernel, (_f32_2d, _f32_2d, _i64, _i64)),
+    "repeat_rows": (repeat_rows_kernel, (_f32_2d, _i64, _f32_2d)),
 }
 
 

@@ -39,6 +39,7 @@ class EngineOptions:
     batch_size: int = 512
     backend: str = "cpu"
     spec: tuple = ()  # speculative-decoding EngineConfig keywords as (name, value) pairs (commands.common)
+    parallel: tuple = ()  # tensor-parallel EngineConfig keywords (tp_size, devices) as (name, value) pairs
 
 
 @dataclass
@@ -63,7 +64,7 @@ def make_engine(model_path: str, options: EngineOptions):
 
     return LLMEngine(EngineConfig(model_path=model_path, ctx_size=options.ctx_size,
                                   max_num_batched_tokens=options.batch_size, backend=options.backend,
-                                  **dict(options.spec)))
+                                  **dict(options.spec), **dict(options.parallel)))
 
 
 @dataclass
@@ -86,7 +87,9 @@ class ChatSession:
         from ..registry import resolve_model
 
         model = self.model if model is None else model
-        self.engine = make_engine(resolve_model(model), self.engine_options)
+        previous, self.engine = self.engine, make_engine(resolve_model(model), self.engine_options)
+        if hasattr(previous, "close"):
+            previous.close()  # a tensor-parallel engine's rank processes stop now, not at garbage collection
         self.model = model
         self.context_used = 0
 

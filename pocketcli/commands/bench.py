@@ -7,6 +7,7 @@ import json
 import numba
 
 from ..engine.benchmark import peak_rss_bytes, run_benchmark
+from ..parallel.parallel_report import format_parallel_report, parallel_report, reset_parallel_counters
 from .common import add_engine_arguments, add_model_argument, make_engine
 
 
@@ -28,13 +29,18 @@ def run(args: argparse.Namespace) -> int:
     args.ctx_size = args.n_prompt + args.n_gen + 16
     args.prefix_caching = False  # every repetition must really process its prompt
     engine = make_engine(args)
+    if getattr(engine, "rank_group", None) is not None:  # every rank loads its kernels first: not in the shares
+        run_benchmark(engine, min(args.n_prompt, 8), min(args.n_gen, 2), 1, warmup=False)
+        reset_parallel_counters(engine)
     results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
     rss_mib = peak_rss_bytes() / 2**20
     threads = numba.get_num_threads()
     model_file = engine.model_file
+    tp_report = parallel_report(engine)  # None without --tp
     if args.json:
+        extra = {"tensor_parallel": tp_report} if tp_report else {}
         print(json.dumps({"model": model_file.path, "backend": engine.config.backend, "threads": threads,
-                          "results": [r.as_dict() for r in results], "peak_rss_mib": round(rss_mib, 1)}))
+                          "results": [r.as_dict() for r in results], "peak_rss_mib": round(rss_mib, 1), **extra}))
         return 0
     name = model_file.metadata.get("general.name", model_file.path)
     size_mib = model_file.file_size / 2**20
@@ -45,4 +51,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {name[:24]:<24} | {size_mib:>5.1f} MiB | {engine.config.backend:>7} | {threads:>7} | "
               f"{r.test:>6} | {rate:>16} |")
     print(f"peak RSS: {rss_mib:.1f} MiB")
+    for line in format_parallel_report(tp_report) if tp_report else []:
+        print(line)
     return 0

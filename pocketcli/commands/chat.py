@@ -6,8 +6,8 @@ import sys
 
 from ..chat.session import ChatSession, ChatSettings, EngineOptions
 from ..errors import UsageError
-from .common import (add_engine_arguments, add_model_argument, kernel_backend, set_cpu_threads, spec_config,
-                     warn_if_first_run)
+from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
+                     spec_config, warn_if_first_run)
 
 
 def add_parser(subparsers) -> None:
@@ -29,8 +29,10 @@ def add_parser(subparsers) -> None:
 def make_session(args: argparse.Namespace) -> ChatSession:
     settings = ChatSettings(system=args.system, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed)
-    options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=kernel_backend(args),
-                            spec=tuple(spec_config(args).items()))
+    backend = kernel_backend(args)
+    options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=backend,
+                            spec=tuple(spec_config(args).items()),
+                            parallel=tuple(parallel_config(args, backend).items()))
     return ChatSession(model=args.model, settings=settings, engine_options=options, autosave=not args.no_save)
 
 

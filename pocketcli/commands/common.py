@@ -22,6 +22,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
     add_device_argument(parser)
+    add_parallel_arguments(parser)
     add_spec_arguments(parser)
 
 
@@ -40,6 +41,35 @@ def spec_config(args: argparse.Namespace) -> dict:
     draft = getattr(args, "draft_model", None)
     return {"spec": getattr(args, "spec", None), "spec_k": getattr(args, "spec_k", 4),
             "draft_model_path": resolve_model(draft) if draft else None}
+
+
+def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tp", type=int, default=None, metavar="N",
+                        help="tensor parallelism: split every weight over N ranks, one process each (default 1)")
+    parser.add_argument("--devices", default=None, metavar="0,1,...",
+                        help="CUDA devices of the ranks, one per rank (with --device cuda; default 0..N-1)")
+
+
+def parallel_config(args: argparse.Namespace, backend: str) -> dict:
+    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count)."""
+    devices = _parse_devices(getattr(args, "devices", None))
+    if devices and backend != "cuda":
+        raise UsageError("--devices picks CUDA devices: it needs --device cuda (CPU ranks take no device list)")
+    tp_size = getattr(args, "tp", None)
+    tp_size = tp_size if tp_size is not None else len(devices) or 1
+    return {"tp_size": tp_size, "devices": devices}
+
+
+def _parse_devices(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        devices = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--devices takes comma-separated GPU numbers like 0,1, got {text!r}") from None
+    if len(set(devices)) != len(devices) or min(devices) < 0:
+        raise UsageError(f"--devices must list distinct GPU numbers >= 0, got {text!r}")
+    return devices
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +92,8 @@ def make_engine(args: argparse.Namespace):
     warn_if_first_run(backend)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                           max_num_batched_tokens=args.batch_size, backend=backend,
-                          enable_prefix_caching=getattr(args, "prefix_caching", True), **spec_config(args))
+                          enable_prefix_caching=getattr(args, "prefix_caching", True), **spec_config(args),
+                          **parallel_config(args, backend))
     return LLMEngine(config)
 
 

@@ -10,8 +10,8 @@ import threading
 from ..config import EngineConfig
 from ..errors import UsageError
 from ..registry import load_registry, resolve_model
-from .common import (add_engine_arguments, add_model_argument, kernel_backend, set_cpu_threads, spec_config,
-                     warn_if_first_run)
+from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
+                     spec_config, warn_if_first_run)
 
 log = logging.getLogger("pocketcli.serve")
 
@@ -44,10 +44,11 @@ def served_model_name(args: argparse.Namespace) -> str:
 
 
 def make_engine_config(args: argparse.Namespace) -> EngineConfig:
+    backend = kernel_backend(args)
     return EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
-                        backend=kernel_backend(args), enable_prefix_caching=not args.no_prefix_caching,
-                        **spec_config(args))
+                        backend=backend, enable_prefix_caching=not args.no_prefix_caching,
+                        **spec_config(args), **parallel_config(args, backend))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from ..models import make_model, model_class_for
 from ..sampling_params import SamplingParams
 from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
+from .device_sampler import make_device_sampler
 from .kv_cache import make_kv_cache
 from .model_runner import ModelRunner
 from .recurrent_state import RecurrentBlockManager, make_recurrent_state
@@ -45,11 +46,12 @@ class LLMEngine:
         self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
-        self.model = make_model(self.model_file, self.hparams, ops)
+        self.rank_group = self._start_rank_group(ops)  # None unless --tp > 1
+        self.model = self.rank_group.model if self.rank_group else make_model(self.model_file, self.hparams, ops)
         self.max_model_len = self._context_length()
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         num_blocks = blocks_per_seq * config.max_num_seqs
-        hp = self.hparams
+        hp = self.model.hparams  # under tensor parallelism, this rank's KV heads
         self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, hp.num_kv_heads, hp.head_dim)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.kv_cache.recurrent = make_recurrent_state(self.model, config.max_num_seqs + 1)  # +1: score()
@@ -57,10 +59,25 @@ class LLMEngine:
             self.block_manager = RecurrentBlockManager(num_blocks, config.block_size, self.kv_cache.recurrent)
         scheduler_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, set(self.tokenizer.stop_token_ids))
-        self.runner = ModelRunner(self.model, self.kv_cache)
+        self.runner = (self.rank_group.make_runner(self.kv_cache) if self.rank_group
+                       else ModelRunner(self.model, self.kv_cache))
         self.sampler = Sampler()
+        # greedy / top-k rows drawn next to device logits; a tensor-parallel runner gathers logits on the host
+        self.device_sampler = None if self.rank_group else make_device_sampler(self.model, self.sampler)
         self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
         self.speculative = self._make_speculative_decoder()
+
+    def _start_rank_group(self, ops):
+        if self.config.tp_size == 1:
+            return None
+        from ..parallel.rank_group import RankGroup  # rank processes 1..n-1; this process is rank 0
+
+        return RankGroup(self.model_file, self.hparams, self.config, ops)
+
+    def close(self) -> None:
+        """Stop the tensor-parallel rank processes (also done at exit); a plain engine has nothing to close."""
+        if self.rank_group is not None:
+            self.rank_group.close()
 
     def _make_speculative_decoder(self):
         if not self.config.spec:
@@ -110,14 +127,12 @@ class LLMEngine:
             return []
         if self.speculative is not None:
             return self.speculative.step(batch)
-        logits = self.runner.run(batch)
         sampling_items = [item for item in batch.items if item.samples_token]
-        sample_logits = self._apply_constraints(logits, sampling_items)
-        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids,
-                                       item.seq.num_prompt_tokens)
-                   for row, item in zip(sample_logits, sampling_items)]
-        logprobs = [self._logprobs(row, item.seq.params, token_id)
-                    for row, item, token_id in zip(logits, sampling_items, sampled)]
+        if self.device_sampler is not None and self.device_sampler.can_sample(sampling_items):
+            sampled = self.device_sampler.sample(self.runner.run(batch, keep_logits_on_device=True), sampling_items)
+            logprobs = [None] * len(sampled)
+        else:
+            sampled, logprobs = self._sample_on_host(self.runner.run(batch), sampling_items)
         self.scheduler.postprocess(batch, sampled)
         outputs = []
         for item, token_id, token_logprobs in zip(sampling_items, sampled, logprobs):
@@ -128,6 +143,16 @@ class LLMEngine:
                     self.speculative.release(seq)
             outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason, token_logprobs))
         return outputs
+
+    def _sample_on_host(self, logits: np.ndarray, sampling_items) -> tuple[list[int], list]:
+        """(token id, logprobs or None) per sampling row, from host logits with the full sampler."""
+        sample_logits = self._apply_constraints(logits, sampling_items)
+        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids,
+                                       item.seq.num_prompt_tokens)
+                   for row, item in zip(sample_logits, sampling_items)]
+        logprobs = [self._logprobs(row, item.seq.params, token_id)
+                    for row, item, token_id in zip(logits, sampling_items, sampled)]
+        return sampled, logprobs
 
     def _apply_constraints(self, logits: np.ndarray, sampling_items) -> np.ndarray:
         """Grammar masks for the constrained rows, computed for the batch at once; logprobs keep the raw rows."""

@@ -16,9 +16,11 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self.last_hidden: np.ndarray | None = None
 
-    def run(self, batch: ScheduledBatch, first_logit_token: int | None = None) -> np.ndarray:
+    def run(self, batch: ScheduledBatch, first_logit_token: int | None = None,
+            keep_logits_on_device: bool = False) -> np.ndarray:
         """Returns logits [num_sampling_seqs, vocab_size], one row per item whose `samples_token` is true,
-        or, given first_logit_token, one row per flat batch token from that index on (scoring, verification)."""
+        or, given first_logit_token, one row per flat batch token from that index on (scoring, verification);
+        keep_logits_on_device: a device backend's logits are returned where they are (DeviceSampler)."""
         token_ids, positions, attn, logits_indices = self.prepare_inputs(batch)
         if first_logit_token is not None:
             logits_indices = list(range(first_logit_token, len(token_ids)))
@@ -26,6 +28,8 @@ class ModelRunner:
         self.last_hidden = hidden  # [num_tokens, D]: read by drafters that need target hidden states
         if not logits_indices:
             return np.empty((0, self.model.hparams.vocab_size), dtype=np.float32)
+        if keep_logits_on_device:
+            return self.model.compute_logits(hidden[logits_indices], keep_on_device=True)
         return self.model.compute_logits(hidden[logits_indices])
 
     def prepare_inputs(self, batch: ScheduledBatch):

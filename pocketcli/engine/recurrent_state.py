@@ -7,7 +7,8 @@ Speculative decoding: a verification forward records, per Gated DeltaNet layer, 
 and the recurrence inputs of the verified tokens (models/qwen3_next.py VerifyRecord); `rollback` recomputes
 the states of the accepted tokens only (MLX DFlash's approach: no second model forward), and runs from
 RecurrentBlockManager.free_tail, where the speculative decoder gives back rejected drafts' blocks.
-`snapshot`/`restore` copy a slot.
+`snapshot`/`restore` copy a slot. On a device backend (cuda) the states, snapshots and records live on the
+device: the pool moves them with the backend's array ops (`arrays`), which HostArrays mirrors for numpy.
 """
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ import numpy as np
 
 from .block_manager import BlockManager
 from .sequence import Sequence
+
+
+class HostArrays:
+    """The array ops the pool needs, on numpy states (kernels_numba.cuda has the same names for device states)."""
+    zeros = staticmethod(np.zeros)
+    copy_array = staticmethod(np.array)
+    concat_rows = staticmethod(np.concatenate)
+
+    @staticmethod
+    def assign(dst: np.ndarray, src: np.ndarray) -> None:
+        dst[...] = src
+
+    @staticmethod
+    def fill_zeros(dst: np.ndarray) -> None:
+        dst[...] = 0.0
 
 
 @dataclass(frozen=True)
@@ -32,9 +48,11 @@ class RecurrentStatePool:
         `rollback` recomputes with (kernels_numba reference when None)."""
         self.num_slots = num_slots
         self.ops = ops
+        self.arrays = ops if getattr(ops, "ON_DEVICE", False) else HostArrays  # where the states live
         self.records: dict[int, dict[int, Any]] = {}  # slot -> layer id -> its last verification
-        self.conv = {layer: np.zeros((num_slots, *conv), dtype=np.float32) for layer, (conv, _) in shapes.items()}
-        self.ssm = {layer: np.zeros((num_slots, *ssm), dtype=np.float32) for layer, (_, ssm) in shapes.items()}
+        zeros = self.arrays.zeros
+        self.conv = {layer: zeros((num_slots, *conv), np.float32) for layer, (conv, _) in shapes.items()}
+        self.ssm = {layer: zeros((num_slots, *ssm), np.float32) for layer, (_, ssm) in shapes.items()}
         self.free_slots: list[int] = list(range(num_slots))[::-1]  # a stack: freed slots are reused first
         self.slot_of_seq: dict[int, int] = {}
 
@@ -71,7 +89,7 @@ class RecurrentStatePool:
     def reset(self, slot: int) -> None:
         for states in (self.conv, self.ssm):
             for array in states.values():
-                array[slot] = 0.0
+                self.arrays.fill_zeros(array[slot])
 
     def layer_states(self, layer_id: int, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of one slot's (conv state, delta-rule state) of a layer: the kernels update them in place."""
@@ -79,16 +97,16 @@ class RecurrentStatePool:
 
     # --- speculative decoding: roll back to the last accepted token ------------------------------------------
     def snapshot(self, seq_id: int) -> RecurrentSnapshot:
-        slot = self.slot_of(seq_id)
-        return RecurrentSnapshot({layer: a[slot].copy() for layer, a in self.conv.items()},
-                                 {layer: a[slot].copy() for layer, a in self.ssm.items()})
+        slot, copy = self.slot_of(seq_id), self.arrays.copy_array
+        return RecurrentSnapshot({layer: copy(a[slot]) for layer, a in self.conv.items()},
+                                 {layer: copy(a[slot]) for layer, a in self.ssm.items()})
 
     def restore(self, seq_id: int, snapshot: RecurrentSnapshot) -> None:
         slot = self.slot_of(seq_id)
         for layer, state in snapshot.conv.items():
-            self.conv[layer][slot] = state
+            self.arrays.assign(self.conv[layer][slot], state)
         for layer, state in snapshot.ssm.items():
-            self.ssm[layer][slot] = state
+            self.arrays.assign(self.ssm[layer][slot], state)
 
     def record(self, layer_id: int, slot: int, record: Any) -> None:
         """Keep (or, given None, drop) the slot's verification record of a layer; the model calls this."""
@@ -104,12 +122,12 @@ class RecurrentStatePool:
         records = self.records.pop(slot, None) if slot is not None else None
         for layer_id, rec in (records or {}).items():
             keep = num_computed_tokens - rec.first_position
-            if not 0 <= keep < len(rec.q):  # everything accepted (or nothing to do): the state is right
+            if not 0 <= keep < rec.q.shape[0]:  # everything accepted (or nothing to do): the state is right
                 continue
-            history = np.concatenate([rec.conv_before, rec.conv_inputs[:keep]])
-            self.conv[layer_id][slot] = history[len(history) - len(rec.conv_before):]
+            history = self.arrays.concat_rows([rec.conv_before, rec.conv_inputs[:keep]])
+            self.arrays.assign(self.conv[layer_id][slot], history[history.shape[0] - rec.conv_before.shape[0]:])
             ssm = self.ssm[layer_id][slot]
-            ssm[...] = rec.ssm_before
+            self.arrays.assign(ssm, rec.ssm_before)
             if keep:
                 self._ops().gated_delta_rule_recurrent(rec.q[:keep], rec.k[:keep], rec.v[:keep], rec.g[:keep],
                                                        rec.beta[:keep], ssm)

@@ -172,7 +172,11 @@ class Sampler:
         if params.is_greedy:
             return int(np.argmax(logits))
         ids, probs = candidate_probs(logits, params)
-        return int(ids[self._rng(seq_id, params).choice(probs.size, p=probs)])
+        return int(ids[self.draw(probs, params, seq_id)])
+
+    def draw(self, probs: np.ndarray, params: SamplingParams, seq_id: int) -> int:
+        """An index into probs, from the sequence's own generator (the device sampler draws through it too)."""
+        return int(self._rng(seq_id, params).choice(probs.size, p=probs))
 
     def release(self, seq_id: int) -> None:
         self._rngs.pop(seq_id, None)

@@ -5,6 +5,7 @@ Weights come in still quantized from the loader; the backend's ops come from `ke
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,16 @@ from .attn_metadata import AttnMetadata
 
 @dataclass(frozen=True)
 class StackedWeight:
-    tensor: WeightTensor  # the rows of several projections of the same input, one after another
-    num_rows: tuple[int, ...]  # rows of each projection, in order
+    parts: tuple[WeightTensor, ...]  # projections of the same input, of one quant type and row length
+
+    @functools.cached_property
+    def tensor(self) -> WeightTensor:
+        """The parts' rows one after another: a copy, made on first use (device backends only, see _linear_groups)."""
+        return self.parts[0] if len(self.parts) == 1 else _stacked(self.parts)
+
+    @property
+    def num_rows(self) -> tuple[int, ...]:  # rows of each projection, in order
+        return tuple(t.num_rows for t in self.parts)
 
 
 @dataclass
@@ -44,7 +53,7 @@ class LayerWeights:
     gate_up_groups: tuple[StackedWeight, ...] = ()  # w_gate, w_up likewise
 
     def __post_init__(self):
-        # one matvec over stacked rows instead of one per projection: fewer thread-pool wake-ups in decode
+        # one matvec over stacked rows instead of one per projection: fewer kernel launches on a device
         self.qkv_groups = stack_same_type_runs((self.wq, self.wk, self.wv))
         self.gate_up_groups = stack_same_type_runs((self.w_gate, self.w_up))
 
@@ -59,22 +68,21 @@ def float_vector(tensor: WeightTensor) -> np.ndarray:
 
 
 def stack_same_type_runs(tensors: tuple[WeightTensor, ...]) -> tuple[StackedWeight, ...]:
-    """Consecutive tensors of one quant type (and row length) as one tensor of their stacked rows (a copy)."""
+    """Runs of consecutive tensors of one quant type (and row length), each to be used as one stacked tensor."""
     runs: list[list[WeightTensor]] = []
     for t in tensors:
         if runs and _stackable(runs[-1][-1], t):
             runs[-1].append(t)
         else:
             runs.append([t])
-    return tuple(StackedWeight(run[0] if len(run) == 1 else _stacked(run), tuple(t.num_rows for t in run))
-                 for run in runs)
+    return tuple(StackedWeight(tuple(run)) for run in runs)
 
 
 def _stackable(a: WeightTensor, b: WeightTensor) -> bool:
     return a.fp8 is None and b.fp8 is None and a.ggml_type == b.ggml_type and a.row_length == b.row_length
 
 
-def _stacked(run: list[WeightTensor]) -> WeightTensor:
+def _stacked(run: tuple[WeightTensor, ...]) -> WeightTensor:
     raw = np.concatenate([np.asarray(t.data) for t in run])
     raw.flags.writeable = False
     return make_weight_tensor("+".join(t.name for t in run), run[0].ggml_type, (raw.shape[0], run[0].row_length), raw)
@@ -140,19 +148,52 @@ class DecoderModel:
         kv_keys, kv_values = self._backend_caches(kv_keys), self._backend_caches(kv_values)
         positions, attn = self._backend_inputs(positions, attn)
         self.tapped_hidden: dict[int, np.ndarray] = {}  # layer id -> its output [T, D]
+        plans = self._decode_plans(token_ids, positions, attn)
         for layer_id, layer in enumerate(self.layers):
-            x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
+            if plans is not None:  # one token on the CPU: the whole layer in one compiled call, in place on x
+                self.ops.decode_layer(x, plans[layer_id], kv_keys[layer_id], kv_values[layer_id],
+                                      attn.block_tables[0], int(positions[0]), int(attn.slot_mapping[0]))
+            else:
+                x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
             if layer_id in self.tap_layer_ids:
-                self.tapped_hidden[layer_id] = self._to_host(x)  # drafters read it with numpy
+                # drafters read it with numpy; the fused path goes on updating x in place
+                self.tapped_hidden[layer_id] = x.copy() if plans is not None else self._to_host(x)
         return self._to_host(x)
 
-    def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
-        """hidden: [N, D] -> logits [N, vocab_size]."""
+    def _decode_plans(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata) -> list | None:
+        """The backend's per-layer decode plans when this forward is one token of one sequence (the last of its
+        context) on a backend that fuses layers (cpu) and the architecture keeps the shared layer (else None)."""
+        if (len(token_ids) != 1 or not hasattr(self.ops, "plan_decode_layer") or attn.slot_mapping[0] < 0
+                or attn.context_lens[0] != positions[0] + 1):
+            return None
+        if "_decode_layer_plans" not in self.__dict__:
+            self._decode_layer_plans = self._make_decode_plans()
+        return self._decode_layer_plans
+
+    _SHARED_LAYER_METHODS = ("_layer_forward", "_attention", "_feed_forward", "_project_heads", "_linear_groups")
+
+    def _make_decode_plans(self) -> list | None:
+        if any(getattr(type(self), name) is not getattr(DecoderModel, name) for name in self._SHARED_LAYER_METHODS):
+            return None  # MoE, hybrids: their own layer
+        hp = self.hparams
+        plans = [self.ops.plan_decode_layer(
+            (w.wq, w.wk, w.wv, w.wo, w.w_gate, w.w_up, w.w_down),
+            (w.attn_norm, w.q_norm, w.k_norm, w.post_attn_norm, w.ffn_norm, w.post_ffw_norm), (w.bq, w.bk, w.bv),
+            num_heads=hp.num_heads, num_kv_heads=hp.num_kv_heads, head_dim=hp.head_dim, eps=hp.rms_norm_eps,
+            activation=self.activation, rope_theta=hp.layer_rope_theta(i), is_neox=hp.is_neox_rope,
+            rope_freq_scale=hp.layer_rope_freq_scale(i), rope_freq_factors=self.rope_freq_factors,
+            scale=self.attention_scale(), sliding_window=hp.layer_sliding_window(i), softcap=hp.attn_logit_softcap)
+            for i, w in enumerate(self.layers)]
+        return None if any(plan is None for plan in plans) else plans
+
+    def compute_logits(self, hidden: np.ndarray, keep_on_device: bool = False) -> np.ndarray:
+        """hidden: [N, D] -> logits [N, vocab_size]; keep_on_device: a device backend's logits stay there (the
+        device sampler reads only their top-k)."""
         h = self.ops.rms_norm(self._contiguous(hidden), self.output_norm, self.hparams.rms_norm_eps)
         logits = self.ops.linear(h, self.lm_head)
         if self.hparams.final_logit_softcap:
             logits = self.ops.softcap(logits, self.hparams.final_logit_softcap)
-        return self._to_host(logits)
+        return logits if keep_on_device else self._to_host(logits)
 
     def _layer_forward(self, layer_id: int, w: LayerWeights, x: np.ndarray, positions: np.ndarray,
                        attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
@@ -169,7 +210,12 @@ class DecoderModel:
         return self._add(x, d)
 
     def _linear_groups(self, h: np.ndarray, groups: tuple[StackedWeight, ...]) -> list[np.ndarray]:
-        """h: [T, D] -> h @ W.T for each projection in `groups`, one linear per group (column views of its output)."""
+        """h: [T, D] -> h @ W.T for each projection in `groups`: on a device one linear per group (column views of
+        its output); on the host one per projection, straight from the file's pages (a stacked copy would hold
+        those weights twice in memory, 43 MiB on Gemma 3 270M, for no measurable gain: one-token decode runs
+        fused layers, see _decode_plans)."""
+        if not self._on_device:
+            return [self.ops.linear(h, t) for group in groups for t in group.parts]
         outputs: list[np.ndarray] = []
         for group in groups:
             y = self.ops.linear(h, group.tensor)

@@ -78,18 +78,17 @@ def apply_experts(ops: Any, e: ExpertWeights, h: np.ndarray) -> np.ndarray:
 
 
 def _repeat_rows(ops: Any, h, top_k: int):
-    """Each row of h top_k times; device arrays take a host round trip (no device repeat kernel yet)."""
-    if not getattr(ops, "ON_DEVICE", False):
-        return np.repeat(h, top_k, axis=0)
-    return ops.to_device(np.repeat(ops.to_host(h), top_k, axis=0))
+    """Each row of h top_k times (on the device for a device backend)."""
+    if getattr(ops, "ON_DEVICE", False):
+        return ops.repeat_rows(h, top_k)
+    return np.repeat(h, top_k, axis=0)
 
 
 def _gated(ops: Any, shared, gate_logits):
-    """shared * sigmoid(gate_logits) (a host round trip on a device backend)."""
-    on_device = getattr(ops, "ON_DEVICE", False)
-    shared_host, logits = (ops.to_host(shared), ops.to_host(gate_logits)) if on_device else (shared, gate_logits)
-    gated = shared_host * (1.0 / (1.0 + np.exp(-logits)))
-    return ops.to_device(gated) if on_device else gated
+    """shared * sigmoid(gate_logits), one gate per token (on the device for a device backend)."""
+    if getattr(ops, "ON_DEVICE", False):
+        return ops.sigmoid_mul(shared, gate_logits)
+    return shared * (1.0 / (1.0 + np.exp(-gate_logits)))
 
 
 class Qwen3MoeModel(DecoderModel):

@@ -7,6 +7,10 @@
 * Gated attention: attn_q holds [q | gate] per head; q/k RMSNorm, RoPE on the first rope_dim dims only, output
   times sigmoid(gate).
 * Norms: GGUF stores w + 1 (HF's 1 + w convention baked in), so every norm is a plain RMSNorm here.
+* Backends: the layers' own ops (gates, head expansion, gated norm, sigmoid gate, partial RoPE) come from the
+  backend like every other op; on a device backend (cuda) the reshapes, splits and concatenations between them
+  run on the device too (the `_columns_of_groups` / `_concat_*` helpers), so activations and the recurrent
+  state never leave it.
 * The last nextn_predict_layers blocks are MTP layers (llama.cpp layout): loaded into `mtp_layers` for the
   speculative decoder, not run by forward().
 """
@@ -17,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from gguf_loader import GGUFFile, ModelFileError, UnsupportedModelError, WeightTensor
+from gguf_loader import GGUFFile, ModelFileError, WeightTensor
 from gguf_loader.hparams import ModelHParams
 
 from .attn_metadata import AttnMetadata
 from .base import DecoderModel, float_vector
+from .mtp_block import MTPModelMixin
 from .qwen3_moe import ExpertWeights, apply_experts, load_experts
 
 
@@ -52,7 +57,7 @@ class DeltaNetWeights:
 
 @dataclass
 class VerifyRecord:
-    """One verification forward of one sequence in one Gated DeltaNet layer."""
+    """One verification forward of one sequence in one Gated DeltaNet layer (device arrays on a device backend)."""
     first_position: int  # position of the first verified token
     conv_before: np.ndarray  # conv state [K-1, C] before the forward
     ssm_before: np.ndarray  # delta-rule state [H_v, d_k, d_v] before the forward
@@ -75,40 +80,10 @@ class HybridLayerWeights:
     experts: ExpertWeights | None = None  # MoE FFN (Qwen3-Next, Qwen3.5-MoE)
 
 
-@dataclass
-class MTPWeights:
-    """One multi-token-prediction block: logits(t+2) = head(shared_head_norm(block(eh_proj([enorm(emb(t+1)),
-    hnorm(h_t)])))); embedding and head are the target's (specdecode_notes 1.3)."""
-    eh_proj: WeightTensor  # [D, 2D]
-    enorm: np.ndarray
-    hnorm: np.ndarray
-    shared_head_norm: np.ndarray
-    layer: HybridLayerWeights  # a full-attention block
-    layer_id: int  # its KV cache index
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x.astype(np.float64)).astype(np.float32)
-
-
-class Qwen3NextModel(DecoderModel):
+class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mtp_forward): models/mtp_block.py
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
-        if getattr(ops, "ON_DEVICE", False):
-            raise UnsupportedModelError(f"{hparams.arch}: the hybrid model's glue between ops is numpy, so it runs "
-                                        f"on the cpu and reference backends only (use --backend cpu)")
         super().__init__(model_file, hparams, ops)
-        num_main = self.num_main_layers
-        self.mtp_layers = [self._load_mtp(model_file, i, layer) for i, layer in enumerate(self.layers)
-                           if i >= num_main]
-        self.layers = self.layers[:num_main]
-
-    @property
-    def num_main_layers(self) -> int:
-        return self.hparams.num_layers - int(self.hparams.extra.get("nextn_predict_layers", 0))
+        self._split_mtp_layers(model_file, int(hparams.extra.get("nextn_predict_layers", 0)))
 
     # --- loading -------------------------------------------------------------------------------------------
     def _load_layer(self, f: GGUFFile, i: int) -> HybridLayerWeights:
@@ -145,27 +120,6 @@ class Qwen3NextModel(DecoderModel):
             raise ModelFileError(f"{f.path}: layer {i} lacks the Gated DeltaNet input projections")
         return w
 
-    def _load_mtp(self, f: GGUFFile, i: int, layer: HybridLayerWeights) -> MTPWeights:
-        def vector(name: str) -> np.ndarray:
-            return float_vector(self._tensor(f, f"blk.{i}.nextn.{name}.weight"))
-
-        norm = (vector("shared_head_norm") if f.has_tensor(f"blk.{i}.nextn.shared_head_norm.weight")
-                else self.output_norm)
-        return MTPWeights(eh_proj=self._tensor(f, f"blk.{i}.nextn.eh_proj.weight"), enorm=vector("enorm"),
-                          hnorm=vector("hnorm"), shared_head_norm=norm, layer=layer, layer_id=i)
-
-    def mtp_forward(self, mtp: MTPWeights, token_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray,
-                    attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One MTP step per row: token t_{p+1} and hidden H_p (post final norm) at position p -> (logits of
-        t_{p+2} [n, vocab], the MTP's post-norm hidden [n, D], fed to the next draft step)."""
-        ops, eps = self.ops, self.hparams.rms_norm_eps
-        e = ops.rms_norm(ops.embedding(token_ids, self.token_embedding), mtp.enorm, eps)
-        h = ops.rms_norm(np.ascontiguousarray(hidden, dtype=np.float32), mtp.hnorm, eps)
-        x = ops.linear(np.concatenate([e, h], axis=1), mtp.eh_proj)  # [enorm(e), hnorm(h)]: embedding first
-        x = self._layer_forward(mtp.layer_id, mtp.layer, x, positions, attn, k_cache, v_cache)
-        out = ops.rms_norm(x, mtp.shared_head_norm, eps)
-        return ops.linear(out, self.lm_head), out
-
     def recurrent_state_shapes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
         """layer id -> (conv state shape [K-1, C], delta-rule state shape [H_v, d_k, d_v]) per sequence."""
         extra = self.hparams.extra
@@ -183,28 +137,25 @@ class Qwen3NextModel(DecoderModel):
         ops, eps = self.ops, self.hparams.rms_norm_eps
         h = ops.rms_norm(x, w.attn_norm, eps)
         if isinstance(w.mixer, DeltaNetWeights):
-            o = self._delta_net(layer_id, w.mixer, h, attn, positions)
+            o = self._delta_net(layer_id, w.mixer, h, attn)
         else:
             o = self._gated_attention(w.mixer, h, positions, attn, k_cache, v_cache)
-        x = x + o
+        x = self._add(x, o)
         h = ops.rms_norm(x, w.ffn_norm, eps)
         if w.experts is not None:
-            return x + apply_experts(ops, w.experts, h)
-        return x + ops.linear(ops.silu_mul(ops.linear(h, w.w_gate), ops.linear(h, w.w_up)), w.w_down)
+            return self._add(x, apply_experts(ops, w.experts, h))
+        return self._add(x, ops.linear(ops.silu_mul(ops.linear(h, w.w_gate), ops.linear(h, w.w_up)), w.w_down))
 
     def _partial_rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """RoPE (NeoX pairs) on the first rope_dim dims of each head of x: [T, heads, hd]; the rest pass."""
-        rot = int(self.hparams.extra["rope_dim"])
-        x[..., :rot] = self.ops.rope(np.ascontiguousarray(x[..., :rot]), positions, self.hparams.rope_theta, True)
-        return x
+        return self.ops.rope_partial(x, positions, self.hparams.rope_theta, int(self.hparams.extra["rope_dim"]))
 
     def _gated_attention(self, w: GatedAttentionWeights, h: np.ndarray, positions: np.ndarray, attn: AttnMetadata,
                          k_cache: np.ndarray, v_cache: np.ndarray) -> np.ndarray:
         ops, hp = self.ops, self.hparams
         num_tokens, hd, eps = h.shape[0], hp.head_dim, hp.rms_norm_eps
-        q_gate = ops.linear(h, w.wq).reshape(num_tokens, hp.num_heads, 2 * hd)
-        gate = q_gate[:, :, hd:].reshape(num_tokens, -1)
-        q = ops.rms_norm(np.ascontiguousarray(q_gate[:, :, :hd]).reshape(-1, hd), w.q_norm, eps)
+        q, gate = self._columns_of_groups(ops.linear(h, w.wq), hp.num_heads, (hd, hd))  # [T, H * hd] each
+        q = ops.rms_norm(q.reshape(-1, hd), w.q_norm, eps)
         k = ops.rms_norm(ops.linear(h, w.wk).reshape(-1, hd), w.k_norm, eps)
         q = self._partial_rope(q.reshape(num_tokens, hp.num_heads, hd), positions)  # q: [T, H, hd]
         k = self._partial_rope(k.reshape(num_tokens, hp.num_kv_heads, hd), positions)  # k: [T, KVH, hd]
@@ -212,44 +163,44 @@ class Qwen3NextModel(DecoderModel):
         ops.store_kv(k, v, k_cache, v_cache, attn.slot_mapping)
         o = ops.paged_attention(q, k_cache, v_cache, attn.block_tables, attn.context_lens, attn.query_start_loc,
                                 1.0 / float(np.sqrt(hd)))
-        return ops.linear(o.reshape(num_tokens, -1) * _sigmoid(gate), w.wo)
+        return ops.linear(ops.sigmoid_mul(o.reshape(num_tokens, -1), gate), w.wo)
 
     def _delta_net_inputs(self, w: DeltaNetWeights, h: np.ndarray):
         """(mixed qkv [T, C] flat, z [T, H_v * d_v], b [T, H_v], a [T, H_v]) from either projection layout."""
         ops, extra = self.ops, self.hparams.extra
+        key_heads = extra["ssm_key_heads"]
         if w.qkvz is None:
             mixed, z = ops.linear(h, w.qkv), ops.linear(h, w.z)
         else:  # grouped per key head: [q | k | v (r heads) | z (r heads)]
-            num_tokens, key_heads, key_dim = h.shape[0], extra["ssm_key_heads"], extra["ssm_key_dim"]
+            key_dim = extra["ssm_key_dim"]
             value_width = extra["ssm_value_heads"] * extra["ssm_value_dim"] // key_heads
-            y = ops.linear(h, w.qkvz).reshape(num_tokens, key_heads, -1)
-            q, k = y[:, :, :key_dim], y[:, :, key_dim:2 * key_dim]
-            v, z = y[:, :, 2 * key_dim:2 * key_dim + value_width], y[:, :, 2 * key_dim + value_width:]
-            mixed = np.concatenate([t.reshape(num_tokens, -1) for t in (q, k, v)], axis=1)
-            z = np.ascontiguousarray(z).reshape(num_tokens, -1)
+            q, k, v, z = self._columns_of_groups(ops.linear(h, w.qkvz), key_heads,
+                                                 (key_dim, key_dim, value_width, value_width))
+            mixed = self._concat_columns([q, k, v])
         if w.ba is None:
             return mixed, z, ops.linear(h, w.beta), ops.linear(h, w.alpha)
-        ba = ops.linear(h, w.ba).reshape(h.shape[0], extra["ssm_key_heads"], -1)
-        ratio = ba.shape[2] // 2
-        return mixed, z, ba[:, :, :ratio].reshape(h.shape[0], -1), ba[:, :, ratio:].reshape(h.shape[0], -1)
+        ratio = extra["ssm_value_heads"] // key_heads
+        b, a = self._columns_of_groups(ops.linear(h, w.ba), key_heads, (ratio, ratio))
+        return mixed, z, b, a
 
-    def _delta_net(self, layer_id: int, w: DeltaNetWeights, h: np.ndarray, attn: AttnMetadata,
-                   positions: np.ndarray) -> np.ndarray:
-        ops, extra = self.ops, self.hparams.extra
+    def _delta_net(self, layer_id: int, w: DeltaNetWeights, h: np.ndarray, attn: AttnMetadata) -> np.ndarray:
+        ops = self.ops
         if attn.recurrent_state is None:
             raise RuntimeError("a Gated DeltaNet layer needs AttnMetadata.recurrent_state (a RecurrentStatePool)")
         mixed, z, b, a = self._delta_net_inputs(w, h)
-        beta, g = _sigmoid(b), w.a * _softplus(a + w.dt_bias)  # [T, H_v] each
-        out = np.empty((h.shape[0], extra["ssm_value_heads"], extra["ssm_value_dim"]), dtype=np.float32)
+        g, beta = ops.deltanet_gates(b, a, w.a, w.dt_bias)  # [T, H_v] each
+        # host ints (set by _backend_inputs) decide the loop: no device read per layer
+        starts, positions = attn.host_query_start_loc, attn.host_positions
+        outputs = []  # [n_seq, H_v, d_v] per sequence with new tokens, in batch order
         for seq in range(attn.num_seqs):
-            rows = slice(int(attn.query_start_loc[seq]), int(attn.query_start_loc[seq + 1]))
+            rows = slice(int(starts[seq]), int(starts[seq + 1]))
             if rows.stop > rows.start:
                 records = attn.records_states is not None and bool(attn.records_states[seq])
-                out[rows] = self._delta_net_sequence(layer_id, w, mixed[rows], g[rows], beta[rows], attn,
-                                                     int(attn.state_slots[seq]), int(positions[rows.start]), records)
-        dv = extra["ssm_value_dim"]
-        o = ops.rms_norm(out.reshape(-1, dv), w.norm, self.hparams.rms_norm_eps).reshape(h.shape[0], -1)
-        return ops.linear(o * ops.silu(z), w.out)
+                outputs.append(self._delta_net_sequence(layer_id, w, mixed[rows], g[rows], beta[rows], attn,
+                                                        int(attn.state_slots[seq]), int(positions[rows.start]),
+                                                        records))
+        out = outputs[0] if len(outputs) == 1 else self._concat_rows(outputs)
+        return ops.linear(ops.gated_rms_norm(out, w.norm, z, self.hparams.rms_norm_eps), w.out)
 
     def _delta_net_sequence(self, layer_id: int, w: DeltaNetWeights, mixed: np.ndarray, g: np.ndarray,
                             beta: np.ndarray, attn: AttnMetadata, slot: int, first_position: int,
@@ -258,12 +209,13 @@ class Qwen3NextModel(DecoderModel):
         (one token) delta rule; `records` (speculative verification) keeps what `rollback` needs."""
         ops, pool = self.ops, attn.recurrent_state
         conv_state, ssm_state = pool.layer_states(layer_id, slot)
-        before = (conv_state.copy(), ssm_state.copy()) if records else None
+        copy = pool.arrays.copy_array
+        before = (copy(conv_state), copy(ssm_state)) if records else None
         q, k, v = self._split_heads(ops.conv1d_silu(mixed, w.conv, conv_state))
-        rule = ops.gated_delta_rule_chunked if len(mixed) > 1 else ops.gated_delta_rule_recurrent
+        rule = ops.gated_delta_rule_chunked if mixed.shape[0] > 1 else ops.gated_delta_rule_recurrent
         out = rule(q, k, v, g, beta, ssm_state)
-        record = None if before is None else VerifyRecord(first_position, *before, np.array(mixed), q, k, v,
-                                                          g.copy(), beta.copy())
+        record = None if before is None else VerifyRecord(first_position, *before, copy(mixed), q, k, v,
+                                                          copy(g), copy(beta))
         pool.record(layer_id, slot, record)
         return out
 
@@ -272,15 +224,35 @@ class Qwen3NextModel(DecoderModel):
         ops, extra = self.ops, self.hparams.extra
         n, key_heads, key_dim = mixed.shape[0], extra["ssm_key_heads"], extra["ssm_key_dim"]
         value_heads, key_width = extra["ssm_value_heads"], extra["ssm_key_heads"] * extra["ssm_key_dim"]
-        q = ops.l2_normalize(mixed[:, :key_width].reshape(n, key_heads, key_dim)) * np.float32(key_dim ** -0.5)
-        k = ops.l2_normalize(mixed[:, key_width:2 * key_width].reshape(n, key_heads, key_dim))
-        v = mixed[:, 2 * key_width:].reshape(n, value_heads, extra["ssm_value_dim"])
-        ratio = value_heads // key_heads
-        if extra["ssm_value_heads_grouped"]:  # value head j reads key head j // ratio
-            q, k = np.repeat(q, ratio, axis=1), np.repeat(k, ratio, axis=1)
-        else:  # llama.cpp qwen35 GGUF: value head j reads key head j % H_k
-            q, k = np.tile(q, (1, ratio, 1)), np.tile(k, (1, ratio, 1))
-        return q, k, np.ascontiguousarray(v)
+        q, k, v = self._split_columns(mixed, (key_width, key_width, value_heads * extra["ssm_value_dim"]))
+        # grouped (HF, qwen3next GGUF): value head j reads key head j // ratio; tiled (llama.cpp qwen35): j % H_k
+        grouped = extra["ssm_value_heads_grouped"]
+        q = ops.expand_heads(ops.l2_normalize(q.reshape(n, key_heads, key_dim)), value_heads, grouped,
+                             key_dim ** -0.5)
+        k = ops.expand_heads(ops.l2_normalize(k.reshape(n, key_heads, key_dim)), value_heads, grouped)
+        return q, k, self._contiguous(v).reshape(n, value_heads, extra["ssm_value_dim"])
+
+    def _backend_inputs(self, positions, attn: AttnMetadata):
+        """The base's device uploads, plus host copies of the positions and query starts, which the Gated
+        DeltaNet loop over sequences reads (attributes beside AttnMetadata's fields)."""
+        host_positions, host_starts = np.asarray(positions), np.asarray(attn.query_start_loc)
+        positions, attn = super()._backend_inputs(positions, attn)
+        attn.host_positions, attn.host_query_start_loc = host_positions, host_starts
+        return positions, attn
+
+    # --- layout between ops: numpy views on the host, device kernels on a device backend --------------------
+    def _columns_of_groups(self, y, num_groups: int, widths: tuple[int, ...]) -> list:
+        """y: [T, num_groups * sum(widths)], each group's columns a run of parts of these widths -> each part's
+        columns of every group, [T, num_groups * width] (per head [q | gate]; per key head [q | k | v | z])."""
+        num_tokens = y.shape[0]
+        parts = self._split_columns(y.reshape(num_tokens * num_groups, sum(widths)), widths)
+        return [self._contiguous(p).reshape(num_tokens, num_groups * width) for p, width in zip(parts, widths)]
+
+    def _concat_columns(self, parts: list):
+        return self.ops.concat_columns(parts) if self._on_device else np.concatenate(parts, axis=1)
+
+    def _concat_rows(self, parts: list):
+        return self.ops.concat_rows(parts) if self._on_device else np.concatenate(parts)
 
 
 class Qwen35Model(Qwen3NextModel):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .dflash_drafter import DFlashDrafter
+from .dflash_gguf import is_dflash_gguf, load_dflash_gguf
 from .dflash_model import DFlashCheckpointError, DFlashModel, load_dflash_checkpoint
 from .draft_model_drafter import DraftModelDrafter, VocabularyMismatchError, check_same_vocabulary
 from .drafter import Draft, Drafter
@@ -38,8 +39,12 @@ def make_mtp_drafter(engine) -> Drafter:
     """The model's own MTP block (architectures that load one expose `mtp_layers` and `mtp_forward`)."""
     if not getattr(engine.model, "mtp_layers", None):
         raise SpeculationUnavailableError(mtp_unavailable_reason(engine))
+    if getattr(engine.model.ops, "ON_DEVICE", False) and not getattr(engine.model, "mtp_on_device", True):
+        raise SpeculationUnavailableError(f"--spec mtp for {engine.hparams.arch} runs on the cpu backend only "
+                                          f"(use --device cpu)")
     from .mtp_drafter import MTPDrafter
 
+    engine.block_manager.enable_prefix_caching = False  # the MTP needs the target hidden state of every position
     return MTPDrafter(engine)
 
 
@@ -53,7 +58,8 @@ def mtp_unavailable_reason(engine) -> str:
 
 
 def make_dflash_drafter(engine) -> DFlashDrafter:
-    config, weights = load_dflash_checkpoint(engine.config.draft_model_path)
+    path = engine.config.draft_model_path
+    config, weights = load_dflash_gguf(path) if is_dflash_gguf(path) else load_dflash_checkpoint(path)
     engine.block_manager.enable_prefix_caching = False  # DFlash needs the target features of every position
     return DFlashDrafter(DFlashModel(config, weights, engine.model))
 

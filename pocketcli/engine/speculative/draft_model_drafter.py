@@ -13,6 +13,9 @@ from .grammar_cursor import GrammarCursor
 from .rejection_sampler import greedy_token, sampling_probs
 
 
+DRAFT_STREAM_ID = 0x5EED  # mixed into a request's seed for the draft stream
+
+
 class VocabularyMismatchError(ValueError):
     """The draft model's vocabulary differs from the target's."""
 
@@ -93,7 +96,7 @@ class DraftModelDrafter(Drafter):
         if params.is_greedy:
             return greedy_token(logits, params, shadow.token_ids, seq.num_prompt_tokens), None
         q = sampling_probs(logits, params, shadow.token_ids, seq.num_prompt_tokens)
-        rng = self._rngs.setdefault(seq.seq_id, np.random.default_rng(params.seed))
+        rng = self._rngs.setdefault(seq.seq_id, draft_rng(params.seed))
         return int(rng.choice(q.size, p=q)), q
 
     def release(self, seq: Sequence) -> None:
@@ -101,6 +104,12 @@ class DraftModelDrafter(Drafter):
         if shadow is not None:
             self.engine.block_manager.deallocate(shadow)
         self._rngs.pop(seq.seq_id, None)
+
+
+def draft_rng(seed: int | None) -> np.random.Generator:
+    """The drafter's own random stream. Seeded like the verifier's (default_rng(seed)) it would draw the same
+    uniforms, so a draft token and its acceptance test would be correlated and the output biased."""
+    return np.random.default_rng(None if seed is None else [seed, DRAFT_STREAM_ID])
 
 
 def _common_prefix_length(a: list[int], b: list[int]) -> int:

@@ -36,7 +36,7 @@ class SpeculativeDecoder:
 
     def step(self, batch: ScheduledBatch) -> list[StepOutput]:
         decodes = [item for item in batch.items if item.seq.num_uncached_tokens == 1]
-        drafts = self._propose(decodes)
+        drafts = self._propose(decodes, self._spare_tokens(batch))
         for item, draft in zip(decodes, drafts):
             self._attach_draft(item, draft)
         draft_of = {item.seq.seq_id: draft for item, draft in zip(decodes, drafts)}
@@ -53,9 +53,13 @@ class SpeculativeDecoder:
         return [self._output(item, tokens, item_rows)
                 for item, tokens, item_rows in zip(sampling_items, appended, rows)]
 
-    def _propose(self, decodes: list[ScheduledSeq]) -> list[Draft]:
+    def _spare_tokens(self, batch: ScheduledBatch) -> int:
+        """Draft tokens this step can still take: the scheduler filled part of its token budget already."""
+        return max(0, self.engine.scheduler.config.max_num_batched_tokens - batch.num_tokens)
+
+    def _propose(self, decodes: list[ScheduledSeq], spare_tokens: int) -> list[Draft]:
         seqs = [item.seq for item in decodes]
-        ks = [self._num_draft_tokens(seq) for seq in seqs]
+        ks = share_token_budget([self._num_draft_tokens(seq) for seq in seqs], spare_tokens)
         if not any(ks):
             return [Draft([]) for _ in seqs]
         return [self._trimmed(seq, draft, k) for seq, draft, k in zip(seqs, self.drafter.propose(seqs, ks), ks)]
@@ -163,3 +167,13 @@ class SpeculativeDecoder:
             self.adaptive_k.release(seq.seq_id)
         self.drafter.release(seq)
 
+
+def share_token_budget(wanted: list[int], budget: int) -> list[int]:
+    """Draft lengths within `budget` tokens in all: each sequence gets what it wants up to an equal share, and
+    shares that short sequences leave unused go to the others (water-filling), so no sequence starves."""
+    granted = [0] * len(wanted)
+    order = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    for rank, i in enumerate(order):
+        granted[i] = min(wanted[i], budget // (len(order) - rank))
+        budget -= granted[i]
+    return granted

@@ -1,0 +1,39 @@
+"""Prefill mat-mul on every numba thread: each decodes its own tiles of weight rows and multiplies them (sgemm).
+
+A tile is decoded into a per-thread float32 buffer right before the GEMM that reads it, so both run on the same
+core while the tile is still in its L2. Row chunks are contiguous per thread; results go straight into their
+columns of `out` (ldc = out's row length).
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels_numba.cpu.blas import TRANS, sgemm
+from kernels_numba.cpu.row_decode import decode_row
+
+FLOAT_BYTES = 4
+
+
+@njit(cache=True, nogil=True)
+def decode_and_multiply(code, data, x, out, first_row, stop_row, tile, sgemm_address, ilp64):
+    """out[:, first_row:stop_row] = x @ rows.T, decoding the rows into `tile` [tile_rows, k] a tile at a time."""
+    num_tokens, row_length = x.shape
+    tile_rows = tile.shape[0]
+    for start in range(first_row, stop_row, tile_rows):
+        stop = min(start + tile_rows, stop_row)
+        for r in range(start, stop):
+            decode_row(code, data[r], tile[r - start])
+        c_address = out.ctypes.data + start * FLOAT_BYTES
+        sgemm(sgemm_address, ilp64, TRANS, num_tokens, stop - start, row_length, x.ctypes.data, row_length,
+              tile.ctypes.data, row_length, np.float32(0.0), c_address, out.shape[1])
+
+
+@njit(cache=True, parallel=True)
+def tiled_matmul_parallel(code, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
+    """out = x @ W.T for W = `data` decoded as `code`, its rows split into `chunks` contiguous chunks."""
+    num_rows = data.shape[0]
+    rows_per_chunk = (num_rows + chunks - 1) // chunks
+    for chunk in prange(chunks):
+        tile = np.empty((min(tile_rows, rows_per_chunk), x.shape[1]), dtype=np.float32)
+        first = chunk * rows_per_chunk
+        decode_and_multiply(code, data, x, out, first, min(num_rows, first + rows_per_chunk), tile,
+                            sgemm_address, ilp64)

@@ -1,0 +1,7 @@
+"""One OpenBLAS thread, as the `pocket` command sets it (pocketcli/__init__.py): numpy may load OpenBLAS before
+pocketcli is imported, and on a busy 2-core machine a multi-threaded OpenBLAS pool makes the tiny matmuls of
+these tests ~50x slower (measured: 7 ms vs 0.13 ms for a [100, 64] x [64, 128] product). The root conftest loads
+before any test module imports numpy, so the whole suite runs the engine's production threading."""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,0 +1,77 @@
+"""The one-call decode layer (kernels_numba.cpu.decode_layer) against the op-by-op layer it replaces."""
+import numpy as np
+import pytest
+
+from pocketcli.config import EngineConfig
+from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.sampling_params import SamplingParams
+from tests.models.tiny_gguf import ARCHS, write_tiny_model
+
+PROMPT = [1, 40, 41, 42, 43, 44, 45]
+
+
+def decode_logits(engine: LLMEngine, fused: bool, num_steps: int) -> tuple[np.ndarray, list[int]]:
+    """Greedy decode after PROMPT; logits of every decode step, [num_steps, vocab], and the tokens."""
+    if not fused:
+        engine.model._decode_layer_plans = None
+    seq = engine.add_request(PROMPT, SamplingParams(temperature=0, max_tokens=num_steps + 1, ignore_eos=True))
+    engine.step()  # prefill
+    rows = []
+    while not seq.is_finished:
+        batch = engine.scheduler.schedule()
+        logits = engine.runner.run(batch)
+        rows.append(logits[0])
+        engine.scheduler.postprocess(batch, [int(logits[0].argmax())])
+    return np.stack(rows), seq.token_ids[len(PROMPT):]
+
+
+def tiny_engine(tmp_path, arch, quant, **config):
+    path = write_tiny_model(tmp_path / f"{arch}_{quant}.gguf", arch, 3, quant)
+    return LLMEngine(EngineConfig(str(path), ctx_size=64, block_size=4, **config))
+
+
+@pytest.mark.parametrize("quant", ["Q8_0", "Q5_0", "Q4_0"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fused_decode_equals_op_by_op(tmp_path, arch, quant):
+    """Biases (qwen2), q/k norms (qwen3, gemma3), post norms, GELU and sliding windows (gemma3), across blocks."""
+    fused_engine = tiny_engine(tmp_path, arch, quant)
+    fused, fused_tokens = decode_logits(fused_engine, True, 12)
+    assert fused_engine.model._decode_layer_plans is not None  # the fused path really ran
+    plain, plain_tokens = decode_logits(tiny_engine(tmp_path, arch, quant), False, 12)
+    np.testing.assert_allclose(fused, plain, atol=1e-5, rtol=1e-5)
+    assert fused_tokens == plain_tokens
+
+
+def test_fused_decode_on_two_threads_equals_one(tmp_path):
+    """The mat-vecs split across the pool (big enough rows) give the single-thread numbers."""
+    numba = pytest.importorskip("numba")
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two numba threads")
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one, _ = decode_logits(tiny_engine(tmp_path, "gemma3", "Q8_0"), True, 4)
+        numba.set_num_threads(2)
+        two, _ = decode_logits(tiny_engine(tmp_path, "gemma3", "Q8_0"), True, 4)
+        assert numba.get_num_threads() == 2  # the kernels restore the pool size they change
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_allclose(one, two, atol=1e-5, rtol=1e-5)
+
+
+def test_float32_weights_stay_op_by_op(tmp_path):
+    """F32 mat-vecs go to BLAS in linear, so an F32 model keeps the op-by-op path (and its numbers)."""
+    engine = tiny_engine(tmp_path, "llama", "F32")
+    decode_logits(engine, True, 2)
+    assert engine.model._decode_layer_plans is None
+
+
+def test_tapped_hidden_is_a_snapshot(tmp_path):
+    """Drafters' layer taps keep each layer's output although the fused path updates x in place."""
+    engines = [tiny_engine(tmp_path, "llama", "Q8_0") for _ in range(2)]
+    for engine in engines:
+        engine.model.tap_layer_ids = frozenset({0})
+    decode_logits(engines[0], True, 2)
+    decode_logits(engines[1], False, 2)
+    np.testing.assert_allclose(engines[0].model.tapped_hidden[0], engines[1].model.tapped_hidden[0], atol=1e-5)
+    assert not np.allclose(engines[0].model.tapped_hidden[0], engines[0].runner.last_hidden)

@@ -1,0 +1,39 @@
+"""Engines at --tp 1 and --tp N on the same file, and what the parity tests compare between them."""
+from __future__ import annotations
+
+import numpy as np
+
+from pocketcli.config import EngineConfig
+from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.sampling_params import SamplingParams
+
+
+def make_engine(path, tp_size: int, **config) -> LLMEngine:
+    return LLMEngine(EngineConfig(model_path=str(path), ctx_size=config.pop("ctx_size", 128), tp_size=tp_size,
+                                  max_num_seqs=config.pop("max_num_seqs", 2), **config))
+
+
+def greedy_batch(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Greedy continuations of all prompts, decoded together in one batch."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    seqs = [engine.add_request(prompt, params) for prompt in prompts]
+    while engine.has_unfinished():
+        engine.step()
+    return [seq.token_ids[len(prompt):] for seq, prompt in zip(seqs, prompts)]
+
+
+def run_checks(path, tp_size: int, prompts, max_tokens: int, **config) -> dict:
+    """Greedy tokens of the prompts batched and of the first alone (one-token decode steps: a CPU backend's
+    fused-layer path), and teacher-forced logits of the first prompt; then the engine is closed."""
+    engine = make_engine(path, tp_size, **config)
+    try:
+        return {"batched": greedy_batch(engine, prompts, max_tokens),
+                "alone": greedy_batch(engine, prompts[:1], max_tokens), "logits": engine.score(prompts[0])}
+    finally:
+        engine.close()
+
+
+def assert_same_outputs(result: dict, reference: dict, logits_atol: float) -> None:
+    assert result["batched"] == reference["batched"]
+    assert result["alone"] == reference["alone"]
+    np.testing.assert_allclose(result["logits"], reference["logits"], atol=logits_atol, rtol=0)
