@@ -15,6 +15,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import ModelFileError, UnsupportedModelError
+from .string_array import StringArray, read_string_array
 from .weight_tensor import WeightTensor, bytes_per_row
 
 GGUF_MAGIC = b"GGUF"
@@ -78,28 +79,21 @@ class _Cursor:
             nbytes = count * dtype.itemsize
             if self.pos + nbytes > len(self.buf):
                 raise ModelFileError(f"{self.path}: file is truncated (array runs past the end)")
-            values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()
+            # a read-only view of the mapping, not a copy: 262k token scores and types stay file pages
+            values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
             self.pos += nbytes
             return values
         if elem_type == _STRING_TYPE:
             return self.string_array(count)
         return [self.value(elem_type) for _ in range(count)]
 
-    def string_array(self, count: int) -> list[str]:
-        buf, pos, out = self.buf, self.pos, []
-        unpack_len = struct.Struct("<Q").unpack_from
-        end = len(buf)
-        for _ in range(count):
-            if pos + 8 > end:
-                raise ModelFileError(f"{self.path}: file is truncated (string array runs past the end)")
-            (length,) = unpack_len(buf, pos)
-            pos += 8
-            out.append(str(buf[pos:pos + length], "utf-8", "replace"))
-            pos += length
-        if pos > end:
-            raise ModelFileError(f"{self.path}: file is truncated (string array runs past the end)")
-        self.pos = pos
-        return out
+    def string_array(self, count: int) -> StringArray:
+        """Left in the mapping and decoded on access: a vocabulary as Python strings would cost ~24 MiB."""
+        try:
+            strings, self.pos = read_string_array(self.buf, self.pos, count)
+        except EOFError:
+            raise ModelFileError(f"{self.path}: file is truncated (string array runs past the end)") from None
+        return strings
 
 
 class GGUFFile:

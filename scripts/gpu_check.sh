@@ -221,7 +221,8 @@ def write_llama3_8b_q4_k_m(path: Path) -> Path:
 
 def parity(cpu, gpu, prompt: str, steps: int = 3 if DRY_RUN else 64) -> bool:
     """Greedy tokens on both; a first difference passes only as a near-tie of the CPU's own logits there
-    (random weights make close runners-up common, and float32 sums differ in order on the two devices)."""
+    (random weights make close runners-up common; the CPU rounds activations to 8 bits inside its quantized
+    mat-vecs where it has VNNI, as llama.cpp does, so near means within 0.25, the brief's llama.cpp rule)."""
     ids = cpu.tokenizer.encode(prompt)
     a, b = greedy(cpu, ids, steps), greedy(gpu, ids, steps)
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
@@ -230,7 +231,7 @@ def parity(cpu, gpu, prompt: str, steps: int = 3 if DRY_RUN else 64) -> bool:
         return True
     logits = cpu.score(ids + a[:first], first_position=len(ids) + first - 1)[-1]
     gap = float(logits[a[first]] - logits[b[first]])
-    near_tie = gap <= 1e-3 * max(1.0, float(np.abs(logits).max()))
+    near_tie = gap <= 0.25
     print(f"parity {'near-tie' if near_tie else 'DIFF'} at step {first} (CPU logit gap {gap:.2e}) {prompt!r}")
     return near_tie
 

@@ -22,6 +22,8 @@ class ChatApp(App):
         super().__init__()
         self.session = session
         self.engine = EngineClient(session)
+        import numba  # numba's thread count (--threads) is per thread: the engine thread takes the app creator's
+        self.num_cpu_threads = numba.get_num_threads()
 
     def get_default_screen(self) -> ChatScreen:
         screen = ChatScreen(self.session, self.engine)
@@ -34,6 +36,8 @@ class ChatApp(App):
 
     @work(thread=True, name="engine", exit_on_error=False)
     def run_engine_thread(self) -> None:
+        import numba
+        numba.set_num_threads(self.num_cpu_threads)
         worker = get_current_worker()
         self.engine.serve(lambda: worker.is_cancelled)
 

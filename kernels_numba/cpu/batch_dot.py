@@ -15,7 +15,7 @@ from numba import literally, njit, prange
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
 from kernels_numba.cpu.pair_decode import PAIR_CODES, block_params, pair_values
-from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, pool_threads, set_pool_threads
+from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, chunk_span, pool_threads, set_pool_threads
 from kernels_numba.cpu.prefetch import prefetch_rows
 from kernels_numba.cpu.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from kernels_numba.cpu.tile_fma import fma_block_tile
@@ -137,10 +137,9 @@ def groups_into(code, data, x, out, first_group, stop_group):
 def batch_parallel_into(code, data, x, out, chunks):
     """groups_into over all row groups, split into `chunks` contiguous chunks across threads."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    groups_per_chunk = (num_groups + chunks - 1) // chunks
     for chunk in prange(chunks):
-        first = chunk * groups_per_chunk
-        groups_into(code, data, x, out, first, min(num_groups, first + groups_per_chunk))
+        first, stop = chunk_span(chunk, chunks, num_groups)
+        groups_into(code, data, x, out, first, stop)
 
 
 @njit(cache=True)

@@ -20,6 +20,8 @@ from kernels_numba.cpu import parallel_policy
 from kernels_numba.cpu.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
 from kernels_numba.cpu.blas import find_sgemm
 from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
+from kernels_numba.cpu.int8_dot import INT8_DOT_IS_FAST, round_activations
+from kernels_numba.cpu.int8_matvec import INT8_CODES, int8_matvec_into
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import (CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads,
                                                 use_threads)
@@ -29,8 +31,13 @@ from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
 TILE_BYTES = 1024 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM (512K-4M measured)
+MAX_INT8_TOKENS = 16  # Q8_0 with 8-bit activations: LM head n=4 34 ms, n=16 220 ms (loaded machine) vs BLAS tiles
 MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
 PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
+
+# 8-bit activations where the CPU has integer dot instructions (int8_dot.py): ~2x the float kernels' rate and
+# llama.cpp's numerics; without VNNI the float kernels are faster and exact
+USE_INT8_DOT = INT8_DOT_IS_FAST
 
 _buffers = threading.local()
 
@@ -65,10 +72,6 @@ def _reused_buffer(name: str, num_values: int) -> np.ndarray:
     return buffer[:num_values]
 
 
-def _block_sums(x: np.ndarray, code: int) -> np.ndarray:
-    return block_sums(code, x)
-
-
 @njit(cache=True)
 def block_sums(code, x):
     """Sums of each run of 32 (Q2_K: 16) values of x: [n, k] for the types with a per-run minimum, else [n, 0]."""
@@ -92,6 +95,9 @@ def matvec_into(code, data, x, out):
     x. Deciding here rather than in Python saves ~15 us of numba thread-count calls per mat-vec (decode: ~80 per
     token).
     """
+    if USE_INT8_DOT and code in INT8_CODES:
+        int8_matvec_into(code, data, x, out)
+        return
     x_sums = block_sums(code, x)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
@@ -128,6 +134,8 @@ def _check_shapes(x: np.ndarray, w: WeightTensor, num_rows: int, out: np.ndarray
 
 def max_fused_tokens(code: int) -> int:
     """Most tokens the fused mat-vec serves before tile decode + BLAS wins (speculative verify sends k+1)."""
+    if USE_INT8_DOT and code in INT8_CODES:
+        return MAX_INT8_TOKENS
     return MAX_FUSED_TOKENS_PAIRED if code == qt.Q8_0 or code == qt.Q5_0 else MAX_FUSED_TOKENS
 
 
@@ -144,10 +152,14 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
+    elif USE_INT8_DOT and code in INT8_CODES and x.shape[0] <= MAX_INT8_TOKENS:  # every n: the same per-token dots
+        matvec_into(code, data, x, out)
     elif 2 <= x.shape[0] <= MAX_BATCH_TOKENS and code in BATCH_CODES:  # one decode for all tokens (batch_dot)
         batch_matvec_into(code, data, x, out, parallel_policy.PARALLEL_MIN_WORK)
     elif x.shape[0] <= max_fused_tokens(code):
         matvec_into(code, data, x, out)
+    elif USE_INT8_DOT and code in INT8_CODES:  # the 8-bit activations of the int8 dots, so every path agrees
+        _tiled_matmul_into(code, data, round_activations(x), out)
     else:
         _tiled_matmul_into(code, data, x, out)
     return out

@@ -13,7 +13,7 @@ from numba import njit, prange
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.matmul import _block_sums, linear
+from kernels_numba.cpu.matmul import block_sums, linear
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
 from kernels_numba.reference_moe import expert_view
@@ -85,13 +85,13 @@ def _fused_expert_matvec(x: np.ndarray, w: WeightTensor, expert_ids: np.ndarray,
     rows_per_expert = w.shape[-2]
     num_items = x.shape[0] * -(-rows_per_expert // ROWS_PER_GROUP)
     if use_threads(x.shape[0] * rows_per_expert * x.shape[1]):
-        expert_matvec_into(code, data, rows_per_expert, x, _block_sums(x, code), expert_ids, out,
+        expert_matvec_into(code, data, rows_per_expert, x, block_sums(code, x), expert_ids, out,
                            num_chunks(num_items))
     else:  # the parallel entry on one thread (see matmul.matvec_into: faster code than plain njit)
         threads = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            expert_matvec_into(code, data, rows_per_expert, x, _block_sums(x, code), expert_ids, out, 1)
+            expert_matvec_into(code, data, rows_per_expert, x, block_sums(code, x), expert_ids, out, 1)
         finally:
             numba.set_num_threads(threads)
 

@@ -5,7 +5,7 @@ one), so small calls such as decode-sized norms run on the calling thread.
 """
 import numba
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
@@ -16,6 +16,14 @@ CHUNKS_PER_THREAD = 4  # static chunks per thread: some load balance without muc
 # the pool's get/set_num_threads symbols exist once the threading layer is loaded; compiled code (also code
 # loaded from numba's cache) links against them
 _launch_threads()
+
+
+@njit(cache=True, inline="always")
+def chunk_span(chunk, chunks, num_items):
+    """(first, stop) of chunk `chunk` of `chunks` contiguous, near-equal chunks of num_items (possibly empty)."""
+    per_chunk = (num_items + chunks - 1) // chunks
+    first = min(num_items, chunk * per_chunk)
+    return first, min(num_items, first + per_chunk)
 
 
 def use_threads(work: int, min_work: int | None = None) -> bool:

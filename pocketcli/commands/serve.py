@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
                    reasoning_parser=args.reasoning_parser)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                            timeout_graceful_shutdown=5))
-    loader = threading.Thread(target=load_engine, args=(app, config, server, config.backend), daemon=True)
+    loader = threading.Thread(target=load_engine, args=(app, config, server, config.backend, args.threads),
+                              daemon=True)
     loader.start()
     server.run()
     engine_loop = app.state.server.engine_loop
@@ -87,11 +88,12 @@ def check_parsers(args: argparse.Namespace) -> None:
                          f"got {args.reasoning_parser!r}")
 
 
-def load_engine(app, config: EngineConfig, server, backend: str) -> None:
+def load_engine(app, config: EngineConfig, server, backend: str, num_threads: int = 0) -> None:
     """Load in the background so /health can answer 503 while loading; a load failure stops the server."""
     from ..engine.engine_loop import EngineLoop
     from ..engine.llm_engine import LLMEngine
 
+    set_cpu_threads(num_threads)  # numba's count is per thread: the EngineLoop built here hands it to its thread
     try:
         warn_if_first_run(backend)
         engine = LLMEngine(config)

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numba
+
 from ..sampling_params import SamplingParams
 from .llm_engine import LLMEngine
 from .outputs import GenerationChunk
@@ -62,6 +64,8 @@ class EngineLoop:
         self._tracked: dict[int, _Tracked] = {}  # seq_id -> request; touched only by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
+        # numba's thread count (--threads) is per thread: the engine thread takes its creator's
+        self._num_threads = numba.get_num_threads()
 
     # ---- any thread
 
@@ -105,6 +109,7 @@ class EngineLoop:
     # ---- the engine thread
 
     def _run(self) -> None:
+        numba.set_num_threads(self._num_threads)
         try:
             while not self._stopping:
                 self._drain_inbox(block=not self.engine.has_unfinished())

@@ -203,6 +203,7 @@ class DecoderModel:
         if w.post_attn_norm is not None:
             o = ops.rms_norm(o, w.post_attn_norm, eps)
         x = self._add(x, o)
+        del o  # not held through the feed-forward, the prefill's memory peak
         h = ops.rms_norm(x, w.ffn_norm, eps)
         d = self._feed_forward(w, h)
         if w.post_ffw_norm is not None:
@@ -250,7 +251,9 @@ class DecoderModel:
 
     def _feed_forward(self, w: LayerWeights, h: np.ndarray) -> np.ndarray:
         gate, up = self._linear_groups(h, w.gate_up_groups)
-        act = self.ops.gelu_mul(gate, up) if self.activation == "gelu" else self.ops.silu_mul(gate, up)
+        out = gate if self._owns_contiguous(gate) else None  # in place: a 512-token prefill holds 4 MiB less
+        act = self.ops.gelu_mul(gate, up, out) if self.activation == "gelu" else self.ops.silu_mul(gate, up, out)
+        del gate, up  # not held through the down projection
         return self.ops.linear(act, w.w_down)
 
     # --- between ops: numpy arithmetic, or the backend's own ops when its arrays live on a device (cuda) ------
@@ -277,6 +280,11 @@ class DecoderModel:
 
     def _contiguous(self, x):
         return x if self._on_device else np.ascontiguousarray(x)
+
+    def _owns_contiguous(self, x) -> bool:
+        """A host array that an op may overwrite in place (a fresh contiguous result, not a view)."""
+        return (not self._on_device and isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.owndata
+                and x.flags.writeable)
 
     def _to_host(self, x):
         """Device results back to numpy for the engine, unless a device-side decode loop set keep_on_device."""

@@ -1,5 +1,7 @@
 """Byte-level BPE (llama.cpp's llm_tokenizer_bpe): pre-tokenizer words, GPT-2 byte mapping, then rank-ordered
 merges inside each word. The merging runs in HF `tokenizers` (same lowest-rank-then-leftmost rule, in Rust)."""
+from collections.abc import Mapping
+
 from .byte_encoding import encode_bytes
 from .pre_tokenizer import split_words
 from .vocab import Vocab
@@ -28,7 +30,7 @@ class BpeModel:
             from tokenizers.models import BPE
         except ImportError:  # pure-Python merging: same result, slower
             return PythonBpeMerger(pairs, self.token_to_id).merge
-        known = self.token_to_id
+        known = dict(self.token_to_id.items())  # HF copies the vocabulary into Rust; this dict is dropped after
         # first rank wins for repeated pairs; HF refuses merges whose parts or result are not tokens
         usable = [p for p in dict.fromkeys(pairs) if p[0] in known and p[1] in known and p[0] + p[1] in known]
         model = BPE(vocab=known, merges=usable, dropout=None, fuse_unk=False, byte_fallback=False)
@@ -57,7 +59,7 @@ class BpeModel:
 class PythonBpeMerger:
     """Reference merging: repeatedly join the lowest-ranked adjacent pair, leftmost first."""
 
-    def __init__(self, pairs: list[tuple[str, str]], token_to_id: dict[str, int]):
+    def __init__(self, pairs: list[tuple[str, str]], token_to_id: Mapping[str, int]):
         self.ranks = {}
         for rank, pair in enumerate(pairs):
             self.ranks.setdefault(pair, rank)

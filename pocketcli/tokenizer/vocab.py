@@ -1,4 +1,9 @@
-"""The vocabulary read from GGUF metadata: tokens, scores, attributes, special ids and flags (llama_vocab::load)."""
+"""The vocabulary read from GGUF metadata: tokens, scores, attributes, special ids and flags (llama_vocab::load).
+
+No Python object per token: texts are read on demand from the metadata's string array, text -> id is a
+TokenIndex and the scores stay a float32 array (as str/int/float objects, a 262k vocabulary costs ~60 MiB).
+"""
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -6,6 +11,8 @@ import numpy as np
 from .errors import TokenizerError
 from .pre_tokenizer import PreTokenizerSpec, find_pre_tokenizer
 from .token_attr import SPECIAL_ATTRS, TokenAttr, attrs_from_token_types
+from .token_index import TokenIndex
+from .token_texts import TokenTexts
 
 KEY = "tokenizer.ggml."
 MODEL_KINDS = {"llama": "spm", "gpt2": "bpe"}
@@ -47,9 +54,9 @@ _ALWAYS_RENDERED_TEXTS = ("<|channel|>", "<|message|>", "<|start|>", "<|constrai
 @dataclass
 class Vocab:
     kind: str  # "spm" | "bpe"
-    tokens: list[str]
-    token_to_id: dict[str, int]
-    scores: list[float]
+    tokens: TokenTexts
+    token_to_id: TokenIndex  # a read-only Mapping[str, int]
+    scores: Sequence[float]
     attrs: np.ndarray  # int32 TokenAttr flags per token
     special_ids: dict[str, int | None]
     eog_ids: frozenset[int]
@@ -58,7 +65,7 @@ class Vocab:
     add_space_prefix: bool
     clean_spaces: bool
     pre: PreTokenizerSpec | None
-    merges: list[str] = field(default_factory=list)
+    merges: Sequence[str] = field(default_factory=list)
     special_ids_longest_first: list[int] = field(default_factory=list)
 
     @property
@@ -73,7 +80,7 @@ class Vocab:
         kind, pre = _model_kind(metadata)
         tokens = _read_tokens(metadata)
         attrs = attrs_from_token_types(metadata.get(KEY + "token_type"), len(tokens))
-        token_to_id = dict(zip(tokens, range(len(tokens))))  # duplicate texts: the last id wins, as in llama.cpp
+        token_to_id = TokenIndex(tokens)  # duplicate texts: the last id wins, as in llama.cpp
         special_ids = _read_special_ids(metadata, kind, len(tokens))
         _detect_special_ids(special_ids, token_to_id, attrs)
         _mark_unused(tokens, attrs)
@@ -82,7 +89,7 @@ class Vocab:
                 attrs[token_to_id[text]] = TokenAttr.USER_DEFINED
         vocab = cls(kind=kind, tokens=tokens, token_to_id=token_to_id, scores=_read_scores(metadata, len(tokens)),
                     attrs=attrs, special_ids=special_ids, eog_ids=_find_eog_ids(special_ids, token_to_id, attrs),
-                    pre=pre, merges=list(metadata.get(KEY + "merges") or []),
+                    pre=pre, merges=metadata.get(KEY + "merges") or [],
                     clean_spaces=bool(pre and pre.clean_spaces), add_space_prefix=kind == "spm",
                     add_bos=kind == "spm" or bool(pre and pre.add_bos), add_eos=False)
         _read_flags(vocab, metadata)
@@ -103,18 +110,19 @@ def _model_kind(metadata: dict) -> tuple[str, PreTokenizerSpec | None]:
     return kind, None
 
 
-def _read_tokens(metadata: dict) -> list[str]:
+def _read_tokens(metadata: dict) -> TokenTexts:
     tokens = metadata.get(KEY + "tokens")
     if tokens is None or len(tokens) == 0:
         raise TokenizerError("GGUF metadata has no tokenizer.ggml.tokens")
-    return [text or f"[EMPTY_{i}]" for i, text in enumerate(tokens)]
+    return TokenTexts(tokens)
 
 
-def _read_scores(metadata: dict, num_tokens: int) -> list[float]:
+def _read_scores(metadata: dict, num_tokens: int) -> Sequence[float]:
+    """A float32 memoryview: its items read as Python floats (fast in the SPM merge loop), and the file's
+    scores are not copied."""
     scores = metadata.get(KEY + "scores")
-    if scores is None:
-        return [0.0] * num_tokens
-    return np.asarray(scores, dtype=np.float32)[:num_tokens].tolist()
+    values = np.zeros(num_tokens, dtype=np.float32) if scores is None else np.asarray(scores, dtype=np.float32)
+    return memoryview(np.ascontiguousarray(values[:num_tokens])).cast("B").cast("f")  # numpy exports "=f"
 
 
 def _read_special_ids(metadata: dict, kind: str, num_tokens: int) -> dict[str, int | None]:
@@ -128,7 +136,7 @@ def _read_special_ids(metadata: dict, kind: str, num_tokens: int) -> dict[str, i
     return ids
 
 
-def _detect_special_ids(ids: dict[str, int | None], token_to_id: dict[str, int], attrs: np.ndarray) -> None:
+def _detect_special_ids(ids: dict[str, int | None], token_to_id: Mapping[str, int], attrs: np.ndarray) -> None:
     for name, texts in _DETECTED_TEXTS.items():
         if ids[name] is not None:
             continue
@@ -138,13 +146,13 @@ def _detect_special_ids(ids: dict[str, int | None], token_to_id: dict[str, int],
             attrs[found] |= TokenAttr.CONTROL
 
 
-def _mark_unused(tokens: list[str], attrs: np.ndarray) -> None:
+def _mark_unused(tokens: Sequence[str], attrs: np.ndarray) -> None:
     for token_id in np.flatnonzero(attrs & TokenAttr.CONTROL):
         if "unused" in tokens[token_id]:
             attrs[token_id] |= TokenAttr.UNUSED
 
 
-def _find_eog_ids(ids: dict[str, int | None], token_to_id: dict[str, int], attrs: np.ndarray) -> frozenset[int]:
+def _find_eog_ids(ids: dict[str, int | None], token_to_id: Mapping[str, int], attrs: np.ndarray) -> frozenset[int]:
     eog = {ids[name] for name in ("fim_pad", "fim_rep", "fim_sep", "eos", "eot", "eom") if ids[name] is not None}
     for text in _EOG_TEXTS:
         token_id = token_to_id.get(text)
@@ -155,7 +163,7 @@ def _find_eog_ids(ids: dict[str, int | None], token_to_id: dict[str, int], attrs
     return frozenset(eog)
 
 
-def _drop_false_eogs(eog: set[int], token_to_id: dict[str, int], attrs: np.ndarray) -> None:
+def _drop_false_eogs(eog: set[int], token_to_id: Mapping[str, int], attrs: np.ndarray) -> None:
     """llama.cpp's exceptions: <|end|> is not EOG next to <|return|>+<|call|> (or <|calls|>+<|flush|>),
     and </s> is a normal token in vocabs that have <|tool_response> or <|plamo:eos|>."""
     eog_texts = {text: token_to_id[text] for text in _EOG_TEXTS + ("<|plamo:eos|>",)
@@ -177,7 +185,7 @@ def _read_flags(vocab: Vocab, metadata: dict) -> None:
             setattr(vocab, attr_name, bool(value))
 
 
-def _special_ids_longest_first(tokens: list[str], attrs: np.ndarray) -> list[int]:
+def _special_ids_longest_first(tokens: Sequence[str], attrs: np.ndarray) -> list[int]:
     special = np.flatnonzero(attrs & SPECIAL_ATTRS).tolist()
     # llama.cpp sorts by UTF-8 length; equal lengths keep id order here (its sort is unstable)
     return sorted(special, key=lambda i: -len(tokens[i].encode("utf-8")))

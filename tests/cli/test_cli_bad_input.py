@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
 from pocketcli.cli import main
-from tests.models.tiny_gguf import write_tiny_model
+from tests.models.tiny_gguf import finish_gguf, write_tiny_model
 
 
 def run_cli(capsys, *args):
@@ -53,10 +53,7 @@ def test_unknown_architecture(capsys, tmp_path):
     path = tmp_path / "mamba.gguf"
     writer = GGUFWriter(str(path), "mamba9")
     writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     code, _, err = run_cli(capsys, "generate", "-m", str(path), "-p", "hi")
     assert_one_line_error(code, err, "unsupported architecture 'mamba9'")
 
@@ -83,10 +80,7 @@ def test_unsupported_quant_type(capsys, tmp_path, tiny_model):
                               raw_dtype=GGMLQuantizationType.MXFP4)
         else:
             writer.add_tensor(tensor.name, np.asarray(tensor.data).reshape(shape), raw_dtype=tensor.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     code, _, err = run_cli(capsys, "generate", "-m", str(path), "-p", "hi")
     assert_one_line_error(code, err, "MXFP4")
     assert "blk.1.ffn_up.weight" in err

@@ -1,6 +1,7 @@
 """EngineLoop: one thread owns the engine; requests in and typed chunks out through queues."""
 import threading
 
+import numba
 import pytest
 
 from pocketcli.config import EngineConfig
@@ -93,3 +94,21 @@ def test_engine_loop_text_matches_stream_generate():
         engine_loop.stop()
     late = drain(engine_loop.submit(Request(ids, GREEDY)))
     assert len(late) == 1 and isinstance(late[0], RuntimeError)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 cores to tell counts apart")
+def test_engine_thread_keeps_its_creators_numba_thread_count(loop):
+    """numba.set_num_threads is per thread: `pocket serve -t 1` sets it where the EngineLoop is built, and the
+    engine thread must run its kernels with that count, not numba's default."""
+    seen = []
+
+    def build_and_ask():
+        numba.set_num_threads(1)
+        other = EngineLoop(loop.engine).start()  # only a rejected request reaches it: it never steps the engine
+        other.submit(Request([], GREEDY), lambda item: seen.append(numba.get_num_threads()))
+        other.stop()
+
+    builder = threading.Thread(target=build_and_ask)
+    builder.start()
+    builder.join(60)
+    assert seen == [1, 1]  # the error, then the end of the stream, both delivered on the engine thread

@@ -99,3 +99,74 @@ def test_log_softmax_normalizes():
     from pocketcli.engine.sampler import log_softmax
 
     assert np.exp(log_softmax(LOGITS)).sum() == pytest.approx(1.0)
+
+
+def _sample_whole_vocabulary(logits, params, history, num_prompt_tokens, rng):
+    """The filters composed on the whole vocabulary, drawn with Generator.choice: the definition the Sampler's
+    candidate-only, buffer-reusing path must reproduce token for token."""
+    from pocketcli.engine.sampler import apply_logit_bias, apply_presence_frequency_penalty, recent_token_ids
+
+    x = apply_logit_bias(logits.astype(np.float64), params.logit_bias)
+    x = apply_repeat_penalty(x, recent_token_ids(history, params), params.repeat_penalty)
+    x = apply_presence_frequency_penalty(x, np.asarray(history[num_prompt_tokens:], dtype=np.int64),
+                                         params.presence_penalty, params.frequency_penalty)
+    if params.is_greedy:
+        return int(np.argmax(x))
+    x = apply_min_p(apply_top_p(apply_top_k(x, params.top_k), params.top_p), params.min_p)
+    return int(rng.choice(x.size, p=softmax(apply_temperature(x, params.temperature))))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.5])
+@pytest.mark.parametrize("top_k, top_p, min_p", [(0, 1.0, 0.0), (40, 0.95, 0.05), (3000, 0.9, 0.0), (0, 0.3, 0.0),
+                                                 (0, 1.0, 0.05), (0, 0.999, 0.0)])
+@pytest.mark.parametrize("penalized", [False, True])
+def test_sampler_draws_what_the_whole_vocabulary_filters_draw(temperature, top_k, top_p, min_p, penalized):
+    """Same seed, same tokens, over a vocabulary big enough for the nucleus shortcut (and its fallback, top_p
+    0.999) and with float32 logits as the model gives them."""
+    vocab_size, num_prompt_tokens = 6000, 10
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=3,
+                            repeat_penalty=1.3 if penalized else 1.0, presence_penalty=0.5 if penalized else 0.0,
+                            frequency_penalty=0.2 if penalized else 0.0, logit_bias={5: 3.0} if penalized else {})
+    data = np.random.default_rng(17)
+    sampler, reference_rng = Sampler(), np.random.default_rng(3)
+    history = data.integers(0, vocab_size, 20).tolist()
+    for _ in range(25):
+        logits = (3 * data.standard_normal(vocab_size)).astype(np.float32)
+        token = sampler.sample(logits, params, 1, history, num_prompt_tokens)
+        assert token == _sample_whole_vocabulary(logits, params, history, num_prompt_tokens, reference_rng)
+        history.append(token)
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])  # 40000 N(0, 3) logits: the 1024 guess, the 8192 one, a sort
+def test_top_p_guesses_draw_what_the_whole_vocabulary_filters_draw(top_p):
+    params = SamplingParams(temperature=0.8, top_k=0, top_p=top_p, min_p=0.0, seed=5)
+    data = np.random.default_rng(17)
+    sampler, reference_rng = Sampler(), np.random.default_rng(5)
+    for _ in range(8):
+        logits = (3 * data.standard_normal(40000)).astype(np.float32)
+        assert sampler.sample(logits, params, 2, []) == _sample_whole_vocabulary(logits, params, [], 0, reference_rng)
+
+
+@pytest.mark.parametrize("size", [300, 4096, 5000])  # under one block, whole blocks, a partial last block
+def test_draw_matches_generator_choice(size):
+    probs = np.random.default_rng(0).random(size) ** 8  # a few likely tokens among many unlikely ones
+    probs[::3] = 0.0  # zero-probability tokens are never drawn, as choice never draws them
+    probs[1024:2048] = 0.0  # nor is an empty block
+    probs /= probs.sum()
+    params = SamplingParams(seed=9)
+    sampler, rng = Sampler(), np.random.default_rng(9)
+    draws = [sampler.draw(probs, params, 4) for _ in range(2000)]
+    assert draws == [int(rng.choice(size, p=probs)) for _ in range(2000)]
+
+
+def test_inverse_cdf_index_at_the_ends():
+    from pocketcli.engine.sampler import inverse_cdf_index
+
+    weights = np.zeros(3000)
+    weights[[7, 2100, 2500]] = [0.25, 0.5, 0.25]
+    assert inverse_cdf_index(weights, 0.0) == 7
+    assert inverse_cdf_index(weights, 0.25) == 2100  # the running sum must exceed u, as in searchsorted(right)
+    assert inverse_cdf_index(weights, np.nextafter(1.0, 0.0)) == 2500  # never a trailing zero weight
+    for bad in (np.zeros(3000), np.full(3000, np.nan)):
+        with pytest.raises(ValueError, match="no token can be sampled"):
+            inverse_cdf_index(bad, 0.5)

@@ -5,6 +5,7 @@ from gguf.quants import quantize
 
 from gguf_loader import ModelFileError, UnsupportedModelError, open_gguf
 from gguf_loader.hparams import read_hparams
+from tests.models.tiny_gguf import finish_gguf
 
 
 @pytest.fixture
@@ -25,10 +26,7 @@ def small_gguf(tmp_path):
     writer.add_tensor("f32", rng.standard_normal((3, 64)).astype(np.float32))
     q8 = quantize(rng.standard_normal((5, 64)).astype(np.float32), GGMLQuantizationType.Q8_0)
     writer.add_tensor("q8", q8, raw_dtype=GGMLQuantizationType.Q8_0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return path
 
 

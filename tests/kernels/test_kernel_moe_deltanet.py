@@ -7,9 +7,13 @@ from gguf.quants import quantize
 from gguf_loader.weight_tensor import make_weight_tensor
 from kernels_numba import reference_deltanet as ref_dn
 from kernels_numba import reference_moe as ref_moe
-from tests.kernels.kernel_test_data import deltanet_inputs
+from tests.kernels.kernel_test_data import deltanet_inputs, relative_error
 
 cpu = pytest.importorskip("kernels_numba.cpu", exc_type=ImportError)
+from kernels_numba.cpu import quant_type  # noqa: E402  (after the importorskip)
+from kernels_numba.cpu.int8_matvec import INT8_CODES  # noqa: E402
+from kernels_numba.cpu.matmul import USE_INT8_DOT  # noqa: E402
+from kernels_numba.cpu.moe import MAX_FUSED_ROWS_PER_EXPERT  # noqa: E402
 rng = np.random.default_rng(7)
 
 
@@ -26,7 +30,11 @@ def test_moe_linear_matches_reference_and_reads_one_expert_per_row(qtype, num_ro
     x = rng.standard_normal((num_rows, 256)).astype(np.float32)
     ids = rng.integers(0, 6, num_rows)
     expected = ref_moe.moe_linear(x, w, ids)
-    np.testing.assert_allclose(cpu.moe_linear(x, w, ids), expected, atol=2e-4, rtol=1e-4)
+    if np.bincount(ids).max() > MAX_FUSED_ROWS_PER_EXPERT and USE_INT8_DOT and quant_type.TYPE_CODES[qtype] in INT8_CODES:
+        # per-expert linear: 8-bit activations (int8_dot.py), ~0.5% from the exact product on random data
+        assert relative_error(cpu.moe_linear(x, w, ids), expected) < 2e-2
+    else:
+        np.testing.assert_allclose(cpu.moe_linear(x, w, ids), expected, atol=2e-4, rtol=1e-4)
     for i, e in enumerate(ids):  # row i is expert e's product only
         np.testing.assert_allclose(expected[i], x[i] @ cpu.dequantize(ref_moe.expert_view(w, int(e))).T,
                                    atol=2e-4, rtol=1e-4)

@@ -36,8 +36,11 @@ class LlamaCppNumerics:
             x = np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
         return self._ops.linear(np.ascontiguousarray(x), w)
 
-    def gelu_mul(self, gate, up):
+    def gelu_mul(self, gate, up, out=None):
         gate16 = gate.astype(np.float16).astype(np.float32)
         act = self._ops.gelu_tanh(gate16).astype(np.float16).astype(np.float32)
         act = np.where(gate <= -10, 0, np.where(gate >= 10, gate, act))
-        return (act * up).astype(np.float32)
+        if out is None:
+            return (act * up).astype(np.float32)
+        np.multiply(act, up, out=out)  # the ops' signature: the model may ask for the result in place of gate
+        return out

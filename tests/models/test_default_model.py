@@ -1,6 +1,7 @@
 """The embedded default model (Gemma 3 270M Q4_K_M) against two oracles (committed goldens).
 
-- HF transformers, which dequantizes the same GGUF and runs exact fp32 PyTorch: logits agree to ~1e-4.
+- HF transformers, which dequantizes the same GGUF and runs exact fp32 PyTorch: logits agree to ~1e-4 in float32;
+  where the CPU rounds activations to 8 bits (VNNI, int8_dot.py) they sit max 1.2 / mean ~0.15 away.
 - llama.cpp, which rounds activations to 8 bits inside its quantized mat-vecs and keeps an fp16 KV cache. On this
   model (Gemma's residual stream has large outliers, which 8-bit blocks resolve coarsely) its logits sit 0.3-2.2
   away from exact math (median ~0.45; transformers is the same distance away), so greedy paths are compared up to
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernels_numba.cpu.matmul import USE_INT8_DOT
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine
@@ -23,8 +25,13 @@ GOLDEN_DIR = Path(__file__).parent.parent / "golden"
 RECORDS = json.loads(gzip.decompress((GOLDEN_DIR / "gemma3_270m_greedy.json.gz").read_bytes()))["records"]
 HF_GOLDEN = np.load(GOLDEN_DIR / "gemma3_270m_hf_logits.npz")
 NEAR_TIE = 0.5  # llama.cpp's own top-2 gap below which its 8-bit noise may flip the argmax on this model
-LLAMACPP_LOGIT_ATOL = 2.5  # measured max |exact - llama.cpp| over the golden top-20s: 2.2 (russian)
-HF_LOGIT_ATOL = 2e-3  # measured max |ours - transformers|: ~1e-4
+# Where the CPU rounds activations to 8 bits (kernels_numba/cpu/int8_dot.py; this model is all Q8_0/Q5_0/Q4_K/
+# Q6_K) our logits carry that rounding as llama.cpp's carry its own. Measured max |ours - transformers| over the
+# golden top-20s: 1.20 (japanese), mean 0.07-0.20 per record; llama.cpp's own max vs exact math: 2.2 (russian);
+# ours vs llama.cpp: 3.26 (russian). In float32 (no VNNI) ours is exact: ~1e-4 from transformers.
+LLAMACPP_LOGIT_ATOL = 4.0 if USE_INT8_DOT else 2.5
+HF_LOGIT_ATOL = 2.0 if USE_INT8_DOT else 2e-3
+HF_LOGIT_MEAN_ATOL = 0.3 if USE_INT8_DOT else 2e-3
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +78,15 @@ def test_logits_along_golden_path(engine, record):
 
 @pytest.mark.parametrize("record", RECORDS, ids=[r["name"] for r in RECORDS])
 def test_logits_match_transformers(engine, record):
-    """Exact-math oracle: our logits equal transformers' on the same GGUF, top-20 at every position."""
+    """Exact-math oracle: our logits equal transformers' on the same GGUF, top-20 at every position (up to the
+    8-bit activation rounding where the CPU uses it: then the argmax must agree wherever it is not a near-tie)."""
     prompt = record["prompt_ids"]
     top_ids = HF_GOLDEN[f"{record['name']}/top_ids"]
     expected = HF_GOLDEN[f"{record['name']}/top_logits"]
     path = prompt + record["generated_ids"][:len(top_ids) - 1]
     logits = engine.score(path, first_position=len(prompt) - 1)
-    np.testing.assert_allclose(np.take_along_axis(logits, top_ids, axis=1), expected, atol=HF_LOGIT_ATOL, rtol=0)
-    assert np.array_equal(logits.argmax(-1), top_ids[:, 0])
+    ours = np.take_along_axis(logits, top_ids, axis=1)
+    np.testing.assert_allclose(ours, expected, atol=HF_LOGIT_ATOL, rtol=0)
+    assert np.abs(ours - expected).mean() < HF_LOGIT_MEAN_ATOL
+    clear = expected[:, 0] - expected[:, 1] >= (NEAR_TIE if USE_INT8_DOT else 0.0)
+    assert np.array_equal(logits.argmax(-1)[clear], top_ids[clear, 0])

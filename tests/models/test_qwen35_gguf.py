@@ -11,7 +11,7 @@ from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
 from tests.hf.tiny_hf import hf_logits  # noqa: E402
 from tests.hf.tiny_qwen_next_hf import DELTANET, make_model, single_torch_thread, state_dict_numpy  # noqa: E402
-from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab  # noqa: E402
+from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab, finish_gguf  # noqa: E402
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
 single_torch_thread = pytest.fixture(scope="module", autouse=True)(single_torch_thread)
@@ -83,10 +83,7 @@ def write_gguf(path, model):
     for name, array in state_dict_numpy(model).items():
         ours, converted = convert(name, array)
         writer.add_tensor(ours, np.ascontiguousarray(converted, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return path
 
 

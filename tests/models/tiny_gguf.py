@@ -94,11 +94,16 @@ def write_tiny_model(path, arch: str, seed: int = 0, quant: str = "F32") -> Path
     weight_type = QUANTS[quant][0]
     for name, array in make_tensors(cfg, seed).items():
         _add_tensor(writer, name, array, weight_type)
+    finish_gguf(writer)
+    return path
+
+
+def finish_gguf(writer: gguf.GGUFWriter) -> None:
+    """Write what was added to `writer` (header, metadata, tensors) to its file and close it."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def make_tensors(cfg: TinyConfig, seed: int) -> dict[str, np.ndarray]:

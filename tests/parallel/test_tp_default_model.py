@@ -1,5 +1,6 @@
 """The default model (Gemma 3 270M Q4_K_M: 4 heads, 1 KV head, hidden 640) over 2 and 4 CPU ranks: greedy
-tokens identical to one rank, logits within float32 tolerance (3 cannot split: test_shard_plan)."""
+tokens identical to one rank, logits within float32 tolerance, or the 8-bit activation rounding's where the CPU
+uses it (3 cannot split: test_shard_plan)."""
 from __future__ import annotations
 
 import pytest
@@ -20,4 +21,5 @@ def reference():
 
 @pytest.mark.parametrize("tp_size", [2, 4])
 def test_default_model_tp_matches_single_rank(reference, tp_size):
-    assert_same_outputs(run_checks(assemble(), tp_size, PROMPTS, MAX_TOKENS, ctx_size=64), reference, LOGITS_ATOL)
+    assert_same_outputs(run_checks(assemble(), tp_size, PROMPTS, MAX_TOKENS, ctx_size=64), reference, LOGITS_ATOL,
+                        rounds_activations=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 
-from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab
+from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab, finish_gguf
 
 D, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, EXPERT_FF, TOP_K, VOCAB, LAYERS = 64, 4, 2, 16, 4, 32, 2, 320, 2
 
@@ -43,8 +43,5 @@ def write_tiny_moe(path, seed: int = 0):
     _add_vocab(writer, TINY_CONFIGS["qwen3"])
     for name, array in tensors.items():
         writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return path

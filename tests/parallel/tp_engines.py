@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels_numba.cpu.matmul import USE_INT8_DOT
+
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.sampling_params import SamplingParams
@@ -33,7 +35,22 @@ def run_checks(path, tp_size: int, prompts, max_tokens: int, **config) -> dict:
         engine.close()
 
 
-def assert_same_outputs(result: dict, reference: dict, logits_atol: float) -> None:
+# With 8-bit activations (kernels_numba/cpu/int8_dot.py, quantized GGUF weights on a VNNI CPU) a partial sum
+# rounded ~1e-6 differently by the all-reduce can tip one activation across a step of its 8-bit grid (max/127 of
+# its block of 32), which later layers spread: measured max 0.62 / mean 0.078 on the default model's logits at
+# --tp 2 (the rounding itself puts them max 1.2 / mean ~0.15 from exact math: tests/models/test_default_model.py).
+ROUNDED_LOGITS_MAX = 1.0
+ROUNDED_LOGITS_MEAN = 0.15
+
+
+def assert_same_outputs(result: dict, reference: dict, logits_atol: float, rounds_activations: bool = False) -> None:
+    """Identical greedy tokens; logits within logits_atol (float32 sums in another order), or, where the CPU rounds
+    activations to 8 bits (rounds_activations and int8 dots in use), within the rounding's own reach."""
     assert result["batched"] == reference["batched"]
     assert result["alone"] == reference["alone"]
+    if rounds_activations and USE_INT8_DOT:
+        difference = np.abs(np.asarray(result["logits"]) - np.asarray(reference["logits"]))
+        assert difference.max() < ROUNDED_LOGITS_MAX and difference.mean() < ROUNDED_LOGITS_MEAN, (
+            difference.max(), difference.mean())
+        return
     np.testing.assert_allclose(result["logits"], reference["logits"], atol=logits_atol, rtol=0)

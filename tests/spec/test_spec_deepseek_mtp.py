@@ -180,7 +180,7 @@ def write_deepseek_gguf(hf_dir, path):
     import gguf
 
     from gguf_loader.hf_checkpoint import HFCheckpoint
-    from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab
+    from tests.models.tiny_gguf import TINY_CONFIGS, _add_vocab, finish_gguf
 
     checkpoint = HFCheckpoint(hf_dir)
     writer = gguf.GGUFWriter(str(path), "deepseek2")
@@ -196,10 +196,7 @@ def write_deepseek_gguf(hf_dir, path):
     _add_vocab(writer, TINY_CONFIGS["llama"])
     for name in checkpoint.tensor_infos:
         writer.add_tensor(name, np.ascontiguousarray(checkpoint.dequantized(name), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return str(path)
 
 

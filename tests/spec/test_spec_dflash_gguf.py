@@ -14,7 +14,7 @@ from pocketcli.engine.speculative import DFlashCheckpointError
 from pocketcli.engine.speculative.dflash_gguf import load_dflash_gguf
 from pocketcli.engine.speculative.dflash_model import load_dflash_checkpoint
 from pocketcli.sampling_params import SamplingParams
-from tests.models.tiny_gguf import write_tiny_model
+from tests.models.tiny_gguf import finish_gguf, write_tiny_model
 from tests.spec.test_spec_dflash import (BLOCK, D, FF, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MASK, TARGET_LAYERS,
                                          write_dflash_checkpoint)
 
@@ -57,10 +57,7 @@ def write_dflash_gguf(path, weights, quant=gguf.GGMLQuantizationType.F32, target
             writer.add_tensor(gguf_name(name), array)
         else:
             writer.add_tensor(gguf_name(name), gguf.quants.quantize(array, quant), raw_dtype=quant)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return str(path)
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import gguf
 
-from tests.models.tiny_gguf import BOS_ID, EOS_ID, TINY_CONFIGS, UNK_ID, _add_hparams, _add_tensor, make_tensors
+from tests.models.tiny_gguf import (BOS_ID, EOS_ID, TINY_CONFIGS, UNK_ID, _add_hparams, _add_tensor, finish_gguf,
+                                    make_tensors)
 
 TOKENS = ["<unk>", "<s>", "</s>", "\u2581a", "\u2581b", "\u2581c", "\u2581d", "\u2581e"]
 VOCAB_SIZE = len(TOKENS)
@@ -29,8 +30,5 @@ def write_tiny_vocab_model(path, seed: int = 0) -> Path:
     writer.add_unk_token_id(UNK_ID)
     for name, array in make_tensors(cfg, seed).items():
         _add_tensor(writer, name, array, gguf.GGMLQuantizationType.F32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return path

@@ -24,10 +24,11 @@ def greedy_tokens(path, backend):
 
 @pytest.fixture
 def smaller_gemma3(monkeypatch):
-    """Gemma 3 at the smallest size the tiny writer allows (simulated threads are slow): two sliding layers
-    (window 3), q/k norms, post norms, GELU, scaled and tied embeddings."""
+    """Gemma 3 at the smallest size the tiny writer allows (simulated threads are slow; 264 = its specials and
+    byte tokens, then 5 pieces): two sliding layers (window 3), q/k norms, post norms, GELU, scaled and tied
+    embeddings."""
     config = dataclasses.replace(tiny_gguf.TINY_CONFIGS["gemma3"], n_layer=2, n_embd=32, n_head=2, n_head_kv=1,
-                                 head_dim=32, n_ff=64, n_vocab=264, sliding_window=3)
+                                 head_dim=32, n_ff=32, n_vocab=264, sliding_window=3)
     monkeypatch.setitem(tiny_gguf.TINY_CONFIGS, "gemma3", config)
 
 
@@ -38,7 +39,8 @@ def test_greedy_tokens_match_the_cpu_through_the_engine_and_a_captured_step(tmp_
     from kernels_numba.cuda.sampler import top_k_on_device
     from pocketcli.models.attn_metadata import AttnMetadata
 
-    path = tiny_gguf.write_tiny_model(tmp_path / "gemma3.gguf", "gemma3", seed=3, quant="Q8_0")
+    # seed 10: four different tokens, so a step that reused the previous step's inputs or output would show
+    path = tiny_gguf.write_tiny_model(tmp_path / "gemma3.gguf", "gemma3", seed=10, quant="Q8_0")
     cpu_tokens, _ = greedy_tokens(path, "reference")  # the CPU kernels' oracle: no numba compile in this suite
     engine = LLMEngine(EngineConfig(str(path), ctx_size=32, backend="cuda", block_size=4))
     seq = engine.add_request(list(PROMPT), SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS))
@@ -64,4 +66,4 @@ def test_greedy_tokens_match_the_cpu_through_the_engine_and_a_captured_step(tmp_
         else:
             output = captured.replay(inputs)
         tokens.append(int(output.copy_to_host()[0, 0]))
-    assert tokens == cpu_tokens
+    assert tokens == cpu_tokens and len(set(tokens)) == NEW_TOKENS

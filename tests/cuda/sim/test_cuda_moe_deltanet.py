@@ -120,12 +120,13 @@ def test_apply_experts_with_a_gated_shared_expert_matches_the_cpu(monkeypatch):
 
 
 def smaller_qwen3_moe_config(arch):
-    """Qwen3-MoE at a size the simulator runs quickly: one routed layer (4 experts, top 2)."""
+    """Qwen3-MoE at a size the simulator runs quickly: one routed layer (4 experts, top 2), 64 logits."""
     import transformers as tf
 
     from tests.hf import tiny_qwen_next_hf as hf
 
-    attention = dict(hf.ATTENTION, hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1)
+    attention = dict(hf.ATTENTION, vocab_size=64, hidden_size=32, intermediate_size=32, num_attention_heads=2,
+                     num_key_value_heads=1)
     experts = dict(hf.EXPERTS, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
     return tf.Qwen3MoeConfig(**attention, **experts, num_hidden_layers=1, mlp_only_layers=[])
 
@@ -144,7 +145,7 @@ def test_tiny_qwen3_moe_greedy_tokens_match_the_cpu(tmp_path, monkeypatch):
     tokens = {}
     for backend in ("reference", "cuda"):  # the CPU kernels' oracle on the host: no numba compile
         engine = LLMEngine(EngineConfig(path, ctx_size=32, backend=backend, block_size=4))
-        seq = engine.add_request([1, 17, 200], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+        seq = engine.add_request([1, 17, 60], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
         while engine.has_unfinished():
             engine.step()
         tokens[backend] = seq.token_ids[3:]

@@ -1,0 +1,91 @@
+"""A GGUF string array left in place: its strings stay in the memory-mapped file and are decoded on access.
+
+A 262k-entry tokenizer vocabulary as a list of Python strings costs ~24 MiB of heap (a ~60-byte object per
+string, alive as long as the metadata is); left in place it costs one offsets array (2 MiB) and the ~4 MiB of
+file pages it lies on.
+"""
+from __future__ import annotations
+
+import array
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+LENGTH_BYTES = 8  # each string is a little-endian uint64 byte length, then its UTF-8 bytes
+
+
+class StringArray(Sequence):
+    """Read-only sequence of str over GGUF's [length][bytes][length][bytes]... layout."""
+
+    def __init__(self, buf: memoryview, bounds: array.array):
+        self._buf = buf  # the file's bytes (a view of the mapping)
+        # bounds[i]: where string i's bytes start; bounds[i + 1] - LENGTH_BYTES: where they end (one more entry
+        # than strings, so string i's end needs no stored length)
+        self._bounds = bounds
+        self._count = len(bounds) - 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("string array index out of range")
+        start = self._bounds[index]
+        return str(self._buf[start:self._bounds[index + 1] - LENGTH_BYTES], "utf-8", "replace")
+
+    def __iter__(self):
+        raw = self._raw().tobytes()  # one copy of the array's bytes (~4 MiB): slicing bytes beats slicing the map
+        first, bounds = self._bounds[0] - LENGTH_BYTES, self._bounds  # where raw starts in the map
+        for index in range(self._count):
+            yield raw[bounds[index] - first:bounds[index + 1] - first - LENGTH_BYTES].decode("utf-8", "replace")
+
+    def empty_indices(self) -> list[int]:
+        """Indices of the empty strings, found from the offsets alone (no string is decoded)."""
+        gaps = np.diff(np.frombuffer(self._bounds, dtype=np.int64))
+        return np.flatnonzero(gaps == LENGTH_BYTES).tolist()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, StringArray) and self._count == other._count and np.array_equal(self._raw(),
+                                                                                             other._raw()):
+            return True  # else compare texts: unequal invalid bytes can decode to equal text
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._count and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # mutable-looking sequence semantics, like list
+
+    def _raw(self) -> np.ndarray:
+        """The whole array's bytes, lengths included (no copy)."""
+        first = self._bounds[0] - LENGTH_BYTES
+        return np.frombuffer(self._buf, dtype=np.uint8, count=self._bounds[-1] - LENGTH_BYTES - first, offset=first)
+
+    def __reduce__(self):
+        return list, (list(self),)  # a memory-mapped view does not pickle; its strings do
+
+    def __repr__(self) -> str:
+        return f"StringArray({self._count} strings)"
+
+
+def read_string_array(buf: memoryview, pos: int, count: int) -> tuple[StringArray, int]:
+    """The `count` strings starting at byte `pos` of `buf`, and the position after them.
+    Raises EOFError when the array runs past the end of `buf`."""
+    if pos + LENGTH_BYTES * count > len(buf):  # before allocating: a corrupt count can be huge
+        raise EOFError
+    bounds = array.array("q", [0]) * (count + 1)
+    unpack_length = struct.Struct("<Q").unpack_from
+    try:
+        for index in range(count):  # the hot loop of opening a file: one unpack and two adds per string
+            pos += LENGTH_BYTES
+            bounds[index] = pos
+            pos += unpack_length(buf, pos - LENGTH_BYTES)[0]
+    except struct.error:  # a length field runs past the end
+        raise EOFError from None
+    if pos > len(buf):
+        raise EOFError
+    bounds[count] = pos + LENGTH_BYTES
+    return StringArray(buf, bounds), pos

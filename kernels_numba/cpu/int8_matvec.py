@@ -1,0 +1,71 @@
+"""out = x @ W.T with 8-bit activations (int8_dot) for the weight types that have an integer dot kernel.
+
+Every token's dots run the same kernel in the same order whatever the number of tokens, so one token decoded
+alone and the same token inside a speculative verify batch get bit-identical logits (greedy speculation stays
+lossless). Row groups are split across threads as in matmul.matvec_into; all tokens of a group are done while
+its rows sit in L1.
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, q4_0_dot4, q4_k_dot4, q5_0_dot4,
+                                        q6_k_dot4, q8_0_dot4, quantize_activations_into)
+from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
+
+ROWS_PER_GROUP = 4
+INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q6_K, qt.Q4_K)
+
+
+@njit(cache=True, inline="always")
+def _dot4(code, data, ra, rb, rc, rd, x8, t, prefetch_bytes):
+    """x8: the 8-bit activations (quants, scales, lane_sums, block_sums) of quantize_activations_into."""
+    quants, scales, lane_sums, block_sums = x8
+    if code == qt.Q8_0:
+        return q8_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
+    if code == qt.Q5_0:
+        return q5_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
+    if code == qt.Q4_0:
+        return q4_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
+    if code == qt.Q6_K:
+        return q6_k_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, block_sums, t, prefetch_bytes)
+    return q4_k_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, block_sums, t, prefetch_bytes)
+
+
+@njit(cache=True)
+def _groups_into(code, data, x8, out, first_group, stop_group):
+    last = data.shape[0] - 1
+    for group in range(first_group, stop_group):
+        first_row = group * ROWS_PER_GROUP
+        ra, rb, rc, rd = first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last)
+        num_rows = min(ROWS_PER_GROUP, data.shape[0] - first_row)
+        for t in range(x8[0].shape[0]):
+            dots = _dot4(code, data, ra, rb, rc, rd, x8, t, PREFETCH_BYTES if t == 0 else 0)
+            for g in range(num_rows):
+                out[t, first_row + g] = dots[g]
+
+
+@njit(cache=True, parallel=True)
+def _parallel_into(code, data, x8, out, chunks):
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    for chunk in prange(chunks):
+        first, stop = chunk_span(chunk, chunks, num_groups)
+        _groups_into(code, data, x8, out, first, stop)
+
+
+@njit(cache=True)
+def int8_matvec_into(code, data, x, out):
+    """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k])."""
+    n, k = x.shape
+    quants = np.empty((n, k), dtype=np.int8)
+    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
+    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    x8 = (quants, scales, lane_sums, block_sums)
+    threads = pool_threads()
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    if threads > 1 and data.shape[0] * k >= PARALLEL_MIN_WORK:
+        _parallel_into(code, data, x8, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
+    else:
+        _groups_into(code, data, x8, out, 0, num_groups)

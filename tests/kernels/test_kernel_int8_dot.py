@@ -1,0 +1,149 @@
+"""The 8-bit-activation mat-vec (int8_dot / int8_matvec) against its numpy oracle (reference_int8)."""
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from numba import njit
+
+from kernel_test_data import random_weight, relative_error
+from kernels_numba.cpu import int8_dot, quant_type
+from kernels_numba.cpu.dequant import readonly_bytes
+from kernels_numba.cpu.int8_matvec import int8_matvec_into
+from kernels_numba.reference import dequantize
+from kernels_numba.reference_int8 import linear_int8_activations, quantize_activations
+
+
+def _quantized(x):
+    n, k = x.shape
+    quants = np.empty((n, k), np.int8)
+    scales = np.empty((n, k // 32), np.float32)
+    lane_sums = np.empty((n, k // 4), np.int32)
+    block_sums = np.empty((n, k // 32), np.float32)
+    int8_dot.quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    return quants, scales, lane_sums, block_sums
+
+
+def test_activation_quantization_matches_the_reference():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 256)) * rng.uniform(0.01, 100, (3, 256))).astype(np.float32)
+    x[1, 32:64] = 0.0  # an all-zero block: scale 0, quants 0
+    quants, scales, lane_sums, block_sums = _quantized(x)
+    expected_quants, expected_scales = quantize_activations(x)
+    np.testing.assert_array_equal(quants, expected_quants)
+    np.testing.assert_array_equal(scales, expected_scales)
+    np.testing.assert_array_equal(lane_sums, expected_quants.astype(np.int32).reshape(3, -1, 4).sum(-1))
+    quant_sums = expected_quants.astype(np.int32).reshape(3, -1, 32).sum(-1).astype(np.float32)
+    np.testing.assert_array_equal(block_sums, expected_scales * quant_sums)
+    assert np.abs(quants).max() == 127 and scales[1, 1] == 0
+
+
+INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q6_K, QT.Q4_K)
+PORTABLE_DOT4 = {QT.Q8_0: int8_dot.q8_0_dot4_portable, QT.Q5_0: int8_dot.q5_0_dot4_portable,
+                 QT.Q4_0: int8_dot.q4_0_dot4_portable, QT.Q6_K: int8_dot.q6_k_dot4_portable,
+                 QT.Q4_K: int8_dot.q4_k_dot4_portable}
+FAST_DOT4 = {QT.Q8_0: int8_dot.q8_0_dot4, QT.Q6_K: int8_dot.q6_k_dot4}
+
+
+@pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("num_rows", [1, 3, 5, 300])  # row groups of 4 with a short last group
+@pytest.mark.parametrize("num_tokens", [1, 3, 16])
+def test_matvec_matches_the_int8_reference(ggml_type, num_rows, num_tokens, threading_mode):
+    rng = np.random.default_rng(num_rows * 10 + num_tokens)
+    w = random_weight(ggml_type, (num_rows, 512), rng)  # random bytes: every quant (Q8_0: -128 included)
+    x = rng.standard_normal((num_tokens, 512)).astype(np.float32)
+    out = np.full((num_tokens, num_rows), np.nan, np.float32)
+    int8_matvec_into(quant_type.type_code_of(w), readonly_bytes(w), x, out)
+    assert relative_error(out, linear_int8_activations(x, w)) < 1e-5
+    exact = x.astype(np.float64) @ dequantize(w).astype(np.float64).T
+    assert relative_error(out, exact) < 2e-2  # the activation rounding itself: ~0.5% on random data
+
+
+def test_a_token_gets_the_same_bits_alone_and_inside_a_batch():
+    """Speculative verify sends k+1 tokens at once: each must equal its one-token result exactly."""
+    rng = np.random.default_rng(3)
+    data = readonly_bytes(random_weight(QT.Q8_0, (37, 640), rng))
+    x = rng.standard_normal((9, 640)).astype(np.float32)
+    batch = np.empty((9, 37), np.float32)
+    int8_matvec_into(quant_type.Q8_0, data, x, batch)
+    for t in range(9):
+        alone = np.empty((1, 37), np.float32)
+        int8_matvec_into(quant_type.Q8_0, data, x[t:t + 1], alone)
+        np.testing.assert_array_equal(alone[0], batch[t])
+
+
+def test_non_finite_activations_propagate():
+    rng = np.random.default_rng(4)
+    data = readonly_bytes(random_weight(QT.Q8_0, (8, 64), rng))
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    x[0, 5], x[1, 40] = np.nan, np.inf
+    out = np.zeros((2, 8), np.float32)
+    int8_matvec_into(quant_type.Q8_0, data, x, out)
+    assert np.isnan(out).all()
+
+
+def _dots_with(dot4, is_super_block):
+    """An uncached njit mat-vec over one token with the given dot4 flavour (its assembly can be read)."""
+    @njit
+    def dots(data, quants, scales, lane_sums, block_sums, out):
+        last = data.shape[0] - 1
+        for r in range(0, data.shape[0], 4):
+            rows = (r, min(r + 1, last), min(r + 2, last), min(r + 3, last))
+            if is_super_block:
+                four = dot4(data, *rows, quants, scales, lane_sums, block_sums, 0, 0)
+            else:
+                four = dot4(data, *rows, quants, scales, lane_sums, 0, 0)
+            for g in range(min(4, data.shape[0] - r)):
+                out[r + g] = four[g]
+    return dots
+
+
+def _is_super_block(ggml_type):
+    return ggml_type in (QT.Q6_K, QT.Q4_K)
+
+
+@pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
+def test_the_portable_lane_dot_gives_the_same_results(ggml_type):
+    """The IR used on CPUs without VNNI (plain widening multiplies) computes the same integers."""
+    rng = np.random.default_rng(5)
+    w = random_weight(ggml_type, (10, 256), rng)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    portable = np.empty(10, np.float32)
+    _dots_with(PORTABLE_DOT4[ggml_type], _is_super_block(ggml_type))(readonly_bytes(w), *_quantized(x), portable)
+    fast = np.empty((1, 10), np.float32)
+    int8_matvec_into(quant_type.type_code_of(w), readonly_bytes(w), x, fast)
+    np.testing.assert_array_equal(portable, fast[0])
+
+
+@pytest.mark.parametrize("ggml_type", tuple(FAST_DOT4), ids=lambda t: t.name)
+def test_the_integer_dot_instruction_is_used_where_the_cpu_has_it(ggml_type):
+    if not int8_dot.INT8_DOT_IS_FAST:
+        pytest.skip("this CPU has no AVX512-VNNI")
+    data = readonly_bytes(random_weight(ggml_type, (4, 256), np.random.default_rng(6)))
+    x8 = _quantized(np.ones((1, 256), np.float32))
+    fast = _dots_with(FAST_DOT4[ggml_type], _is_super_block(ggml_type))
+    portable = _dots_with(PORTABLE_DOT4[ggml_type], _is_super_block(ggml_type))
+    for dots in (fast, portable):
+        dots(data, *x8, np.empty(4, np.float32))
+    assert "vpdpbusd" in fast.inspect_asm(fast.signatures[0])
+    assert "vpdpbusd" not in portable.inspect_asm(portable.signatures[0])
+
+
+def test_rounded_activations_are_the_quants_times_their_scale():
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((4, 128)) * 3).astype(np.float32)
+    quants, scales = quantize_activations(x)
+    expected = quants.astype(np.float32) * np.repeat(scales, 32, axis=1)
+    np.testing.assert_array_equal(int8_dot.round_activations(x), expected)
+
+
+@pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
+def test_a_long_batch_agrees_with_the_int8_dots(ggml_type):
+    """Past 16 tokens linear multiplies decoded tiles with BLAS; on the rounded activations its rows equal the
+    one-token integer dots up to float32 summation order (prefill and decode see the same activations)."""
+    from kernels_numba import get_ops
+    rng = np.random.default_rng(8)
+    w = random_weight(ggml_type, (40, 256), rng)
+    x = rng.standard_normal((20, 256)).astype(np.float32)
+    cpu = get_ops("cpu")
+    batch = cpu.linear(x, w)
+    alone = np.concatenate([cpu.linear(x[t:t + 1], w) for t in range(20)])
+    assert relative_error(batch, alone) < 1e-5
