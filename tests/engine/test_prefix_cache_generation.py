@@ -18,7 +18,6 @@ COUNTING_PROMPT = ("One, two, three, four, five, six, seven, eight, nine, ten, e
 NEAR_TIE = 0.25
 
 
-
 @pytest.fixture(scope="module")
 def engine():
     return LLMEngine(EngineConfig(resolve_model(None), ctx_size=256, max_num_seqs=2, block_size=16))
