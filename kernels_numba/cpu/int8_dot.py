@@ -41,15 +41,18 @@ _I64 = ir.IntType(64)
 _F32 = ir.FloatType()
 _BYTES16 = ir.VectorType(_I8, 16)
 _BYTES32 = ir.VectorType(_I8, 32)
-_LANES = ir.VectorType(_I32, 8)
-_FLOAT_LANES = ir.VectorType(_F32, 8)
+_BYTES64 = ir.VectorType(_I8, 64)
+_LANES8 = ir.VectorType(_I32, 8)
+_LANES = ir.VectorType(_I32, 16)  # a pair of 32-value blocks: lanes 0-7 the first block, 8-15 the second
+_FLOAT_LANES = ir.VectorType(_F32, 16)
+PAIR_VALUES = 2 * BLOCK_VALUES  # one 512-bit vpdpbusd: 64 byte products into 16 int32 lanes
 
 
 def host_has_vnni(context) -> bool:
-    """Whether numba compiles for a CPU with 256-bit AVX512-VNNI (the features of numba's target machine, so
+    """Whether numba compiles for a CPU with 512-bit AVX512-VNNI (the features of numba's target machine, so
     NUMBA_CPU_NAME/NUMBA_CPU_FEATURES are honoured)."""
     features = context.codegen()._tm_features.split(",")
-    return "+avx512vnni" in features and "+avx512vl" in features
+    return all(f"+{feature}" in features for feature in ("avx512vnni", "avx512bw", "avx512f"))
 
 
 INT8_DOT_IS_FAST = host_has_vnni(cpu_target.target_context)
@@ -57,23 +60,34 @@ INT8_DOT_IS_FAST = host_has_vnni(cpu_target.target_context)
 
 def _dot_lanes_vnni(builder, acc, unsigned_bytes, signed_bytes):
     function_type = ir.FunctionType(_LANES, [_LANES, _LANES, _LANES])
-    vpdpbusd = cgutils.get_or_insert_function(builder.module, function_type, "llvm.x86.avx512.vpdpbusd.256")
+    vpdpbusd = cgutils.get_or_insert_function(builder.module, function_type, "llvm.x86.avx512.vpdpbusd.512")
     return builder.call(vpdpbusd, [acc, builder.bitcast(unsigned_bytes, _LANES), builder.bitcast(signed_bytes, _LANES)])
 
 
 def _dot_lanes_portable(builder, acc, unsigned_bytes, signed_bytes):
     """vpdpbusd in plain IR: lane i += sum of u[4i+j] * s[4i+j], j < 4 (any CPU; LLVM picks the instructions)."""
-    wide = ir.VectorType(_I32, 32)
+    num_lanes = acc.type.count
+    wide = ir.VectorType(_I32, LANE_VALUES * num_lanes)
     products = builder.mul(builder.zext(unsigned_bytes, wide), builder.sext(signed_bytes, wide))
     for j in range(LANE_VALUES):
-        pick = ir.Constant(ir.VectorType(_I32, 8), [LANE_VALUES * i + j for i in range(8)])
+        pick = ir.Constant(ir.VectorType(_I32, num_lanes), [LANE_VALUES * i + j for i in range(num_lanes)])
         acc = builder.add(acc, builder.shuffle_vector(products, ir.Constant(wide, ir.Undefined), pick))
     return acc
 
 
-def _splat(builder, value):
-    vector = builder.insert_element(ir.Constant(_FLOAT_LANES, ir.Undefined), value, _I32(0))
-    return builder.shuffle_vector(vector, ir.Constant(_FLOAT_LANES, ir.Undefined), ir.Constant(_LANES, [0] * 8))
+def _broadcast(builder, values, vector_type):
+    """A vector of vector_type whose lanes repeat `values` in equal runs: (a, b) -> a x 8, b x 8."""
+    vector = ir.Constant(vector_type, ir.Undefined)
+    for i, value in enumerate(values):
+        vector = builder.insert_element(vector, value, _I32(i))
+    run = vector_type.count // len(values)
+    mask = ir.Constant(ir.VectorType(_I32, vector_type.count), [i // run for i in range(vector_type.count)])
+    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), mask)
+
+
+def _concat(builder, first, second):
+    mask = ir.Constant(ir.VectorType(_I32, 2 * first.type.count), list(range(2 * first.type.count)))
+    return builder.shuffle_vector(first, second, mask)
 
 
 def _load(builder, pointer, vector_type, align=1):
@@ -88,10 +102,15 @@ def _prefetch(builder, pointer):
 
 
 def _lane_total(builder, lanes):
-    total = builder.extract_element(lanes, _I32(0))
-    for i in range(1, 8):
-        total = builder.fadd(total, builder.extract_element(lanes, _I32(i)))
-    return total
+    """The 16 lanes' sum, as a tree (the same order for every call)."""
+    count = lanes.type.count
+    while count > 1:
+        count //= 2
+        low = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, count), list(range(count))))
+        high = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, count),
+                                                                list(range(count, 2 * count))))
+        lanes = builder.fadd(low, high)
+    return builder.extract_element(lanes, _I32(0))
 
 
 def _row_pointer(context, builder, array_type, array, row):
@@ -101,90 +120,81 @@ def _row_pointer(context, builder, array_type, array, row):
     return builder.gep(data, [builder.mul(row, builder.extract_value(ary.strides, 0))])
 
 
-def _nibbles(builder, pointer):
-    """16 bytes of packed nibbles -> <32 x i8>: the low nibbles (values 0-15), then the high ones (16-31)."""
-    packed = _load(builder, pointer, _BYTES16)
-    low = builder.and_(packed, ir.Constant(_BYTES16, [0x0F] * 16))
-    high = builder.lshr(packed, ir.Constant(_BYTES16, [4] * 16))
-    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+def _half(builder, pointer, offset=0):
+    half_pointer = builder.bitcast(builder.gep(pointer, [_I64(offset)]), ir.HalfType().as_pointer())
+    return builder.fpext(builder.load(half_pointer, align=1), _F32)
 
 
-def _unpack_q8_0(builder, block):
+def _nibble_pair(builder, blocks, offset):
+    """16 bytes of packed nibbles at `offset` in each block (one or two; a missing second block is zero) ->
+    <64 x i8>: each block's low nibbles (values 0-15), then its high ones (16-31)."""
+    packed = [_load(builder, builder.gep(block, [_I64(offset)]), _BYTES16) for block in blocks]
+    packed = _concat(builder, packed[0], packed[1] if len(packed) == 2 else ir.Constant(_BYTES16, [0] * 16))
+    low = builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32))
+    high = builder.lshr(packed, ir.Constant(_BYTES32, [4] * 32))
+    order = [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]
+    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 64), order))
+
+
+def _unpack_q8_0(builder, blocks):
     """d f16 | 32 int8: the quants + 128 as unsigned bytes (an xor of the sign bit)."""
-    return builder.xor(_load(builder, builder.gep(block, [_I64(2)]), _BYTES32), ir.Constant(_BYTES32, [0x80] * 32))
+    quants = [_load(builder, builder.gep(block, [_I64(2)]), _BYTES32) for block in blocks]
+    quants = _concat(builder, quants[0], quants[1] if len(quants) == 2 else ir.Constant(_BYTES32, [0] * 32))
+    return builder.xor(quants, ir.Constant(_BYTES64, [0x80] * 64))
 
 
-def _unpack_q4_0(builder, block):
+def _unpack_q4_0(builder, blocks):
     """d f16 | 16 bytes of nibbles: quants 0..15 (value q - 8)."""
-    return _nibbles(builder, builder.gep(block, [_I64(2)]))
+    return _nibble_pair(builder, blocks, 2)
 
 
-def _unpack_q5_0(builder, block):
+def _unpack_q5_0(builder, blocks):
     """d f16 | qh u32 (bit j: the fifth bit of value j) | 16 bytes of nibbles: quants 0..31 (value q - 16)."""
-    high_bits = builder.load(builder.bitcast(builder.gep(block, [_I64(2)]), _I32.as_pointer()), align=1)
-    fifth_bit = builder.bitcast(high_bits, ir.VectorType(ir.IntType(1), 32))
-    sixteens = builder.select(fifth_bit, ir.Constant(_BYTES32, [16] * 32), ir.Constant(_BYTES32, [0] * 32))
-    return builder.or_(_nibbles(builder, builder.gep(block, [_I64(6)])), sixteens)
+    high_bits = [builder.zext(builder.load(builder.bitcast(builder.gep(block, [_I64(2)]), _I32.as_pointer()),
+                                           align=1), _I64) for block in blocks]
+    if len(high_bits) == 2:
+        high_bits = [builder.or_(high_bits[0], builder.shl(high_bits[1], _I64(32)))]
+    fifth_bit = builder.bitcast(high_bits[0], ir.VectorType(ir.IntType(1), 64))
+    sixteens = builder.select(fifth_bit, ir.Constant(_BYTES64, [16] * 64), ir.Constant(_BYTES64, [0] * 64))
+    return builder.or_(_nibble_pair(builder, blocks, 6), sixteens)
+
+
+@dataclass(frozen=True)
+class WeightPair:
+    """Two consecutive runs of 32 weights of one row: 64 unsigned quants and the 16 lanes' weight scales."""
+    quants: ir.Value
+    lane_scales: ir.Value
 
 
 @dataclass(frozen=True)
 class BlockFormat:
-    """A weight type with 32 values per block, one f16 scale first, and values d * (q - zero_point), q unsigned."""
+    """A weight type with 32 values per block, one f16 scale first, and values d * (q - zero_point), q unsigned.
+    A unit (one step of the row loop) is two blocks, one vpdpbusd."""
     block_bytes: int
     zero_point: int  # subtracted from the unsigned quants: the lanes start from -zero_point * sum(x quants)
-    unpack: Callable  # (builder, block pointer) -> <32 x i8> unsigned quants in the order of x
+    unpack: Callable  # (builder, [1 or 2 block pointers]) -> <64 x i8> unsigned quants in the order of x
+
+    has_mins = False
+    pairs_per_unit = 1
+
+    @property
+    def unit_bytes(self):
+        return 2 * self.block_bytes
+
+    def pairs(self, builder, unit):
+        """([the unit's WeightPair], None: no mins)."""
+        second = builder.gep(unit, [_I64(self.block_bytes)])
+        scales = _broadcast(builder, (_half(builder, unit), _half(builder, second)), _FLOAT_LANES)
+        return [WeightPair(self.unpack(builder, [unit, second]), scales)], None
+
+    def last_single_block(self, builder, block):
+        """A row's odd last block as a pair whose second half is zero (quants and scale)."""
+        scales = _broadcast(builder, (_half(builder, block), _F32(0.0)), _FLOAT_LANES)
+        return [WeightPair(self.unpack(builder, [block]), scales)], None
 
 
 BLOCK_FORMATS = {"Q8_0": BlockFormat(34, 128, _unpack_q8_0), "Q5_0": BlockFormat(22, 16, _unpack_q5_0),
                  "Q4_0": BlockFormat(18, 8, _unpack_q4_0)}
-
-
-def _emit_dot4(block_format, dot_lanes, context, builder, signature, args):
-    """The IR of a dot4: one loop over the blocks, four rows' float lanes in registers (allocas LLVM promotes)."""
-    arg_types = signature.args
-    data, rows, (x_quants, x_scales, x_lane_sums, token, prefetch_bytes) = args[0], args[1:5], args[5:]
-    row_pointers = [_row_pointer(context, builder, arg_types[0], data, row) for row in rows]
-    quants = _row_pointer(context, builder, arg_types[5], x_quants, token)
-    scales = builder.bitcast(_row_pointer(context, builder, arg_types[6], x_scales, token), _F32.as_pointer())
-    lane_sums = builder.bitcast(_row_pointer(context, builder, arg_types[7], x_lane_sums, token), _I32.as_pointer())
-    row_length = builder.extract_value(context.make_array(arg_types[5])(context, builder, x_quants).shape, 1)
-    accumulators = [cgutils.alloca_once_value(builder, ir.Constant(_FLOAT_LANES, None)) for _ in rows]
-    with cgutils.for_range(builder, builder.udiv(row_length, _I64(BLOCK_VALUES))) as loop:
-        block = loop.index
-        x_block = _load(builder, builder.gep(quants, [builder.mul(block, _I64(BLOCK_VALUES))]), _BYTES32)
-        sums = _load(builder, builder.gep(lane_sums, [builder.mul(block, _I64(8))]), _LANES, align=4)
-        start = builder.mul(sums, ir.Constant(_LANES, [-block_format.zero_point] * 8))
-        x_scale = builder.load(builder.gep(scales, [block]))
-        for row_pointer, accumulator in zip(row_pointers, accumulators):
-            base = builder.gep(row_pointer, [builder.mul(block, _I64(block_format.block_bytes))])
-            _prefetch(builder, builder.gep(base, [prefetch_bytes]))
-            half_pointer = builder.bitcast(base, ir.HalfType().as_pointer())
-            w_scale = builder.fpext(builder.load(half_pointer, align=1), _F32)
-            w_quants = block_format.unpack(builder, base)
-            lanes = builder.sitofp(dot_lanes(builder, start, w_quants, x_block), _FLOAT_LANES)
-            scaled = builder.fmul(lanes, _splat(builder, builder.fmul(w_scale, x_scale)), flags=["contract"])
-            builder.store(builder.fadd(builder.load(accumulator), scaled, flags=["contract"]), accumulator)
-    totals = [_lane_total(builder, builder.load(accumulator)) for accumulator in accumulators]
-    return context.make_tuple(builder, signature.return_type, totals)
-
-
-def _dot4_intrinsic(block_format, choose_dot_lanes):
-    """A dot4 of `block_format` rows with the lane dot that choose_dot_lanes(context) picks at compile time."""
-    @intrinsic
-    def dot4(typingctx, data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, token, prefetch_bytes):
-        """(dot(row ra, x), ..., dot(row rd, x)) of rows of data (uint8 [rows, bytes]) with token `token` of the
-        8-bit activations (quantize_activations_into); rows may repeat. prefetch_bytes: how far ahead in each
-        row's stream to prefetch (0: nothing new, e.g. a later token over the same rows)."""
-        if not (isinstance(data, types.Array) and data.ndim == 2):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return _emit_dot4(block_format, choose_dot_lanes(context), context, builder, signature, args)
-
-        result_type = types.UniTuple(types.float32, 4)
-        return result_type(data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, token, prefetch_bytes), codegen
-
-    return dot4
 
 
 SUPER_BLOCK_VALUES = 256  # K-quants: eight runs of 32 values share one super-block header
@@ -194,18 +204,14 @@ def _byte(builder, pointer, offset):
     return builder.zext(builder.load(builder.gep(pointer, [_I64(offset)])), _I32)
 
 
-def _q6_k_groups(builder, block):
-    """Q6_K super-block (ql[128] low 4 bits | qh[64] high 2 bits | 16 int8 scales | d f16): for each run of 32
-    values, (unsigned 6-bit quants, their 8 lanes' scales without the x scale, None): value d * sc * (q - 32),
-    one scale per 16 values (lanes 0-3 and 4-7)."""
-    d = builder.fpext(builder.load(builder.bitcast(builder.gep(block, [_I64(208)]), ir.HalfType().as_pointer()),
-                                   align=1), _F32)
+def _q6_k_pairs(builder, block):
+    """Q6_K super-block (ql[128] low 4 bits | qh[64] high 2 bits | 16 int8 scales | d f16): value d * sc * (q - 32),
+    one scale per 16 values, so the 16 lanes of a pair of runs take 4 scales, 4 lanes each."""
+    d = _half(builder, block, 208)
     scales = builder.sitofp(_load(builder, builder.gep(block, [_I64(192)]), _BYTES16), ir.VectorType(_F32, 16))
-    scales = builder.fmul(scales, builder.shuffle_vector(
-        builder.insert_element(ir.Constant(ir.VectorType(_F32, 16), ir.Undefined), d, _I32(0)),
-        ir.Constant(ir.VectorType(_F32, 16), ir.Undefined), ir.Constant(ir.VectorType(_I32, 16), [0] * 16)))
+    scales = builder.fmul(scales, _broadcast(builder, (d,), ir.VectorType(_F32, 16)))
     low_mask, two_bits = ir.Constant(_BYTES32, [0x0F] * 32), ir.Constant(_BYTES32, [3] * 32)
-    groups = []
+    pairs = []
     for half in range(2):
         low_first = _load(builder, builder.gep(block, [_I64(64 * half)]), _BYTES32)
         low_second = _load(builder, builder.gep(block, [_I64(64 * half + 32)]), _BYTES32)
@@ -213,115 +219,212 @@ def _q6_k_groups(builder, block):
         nibbles = (builder.and_(low_first, low_mask), builder.and_(low_second, low_mask),
                    builder.lshr(low_first, ir.Constant(_BYTES32, [4] * 32)),
                    builder.lshr(low_second, ir.Constant(_BYTES32, [4] * 32)))
+        runs = []
         for run in range(4):
             high_bits = builder.and_(builder.lshr(high, ir.Constant(_BYTES32, [2 * run] * 32)), two_bits)
-            quants = builder.or_(nibbles[run], builder.shl(high_bits, ir.Constant(_BYTES32, [4] * 32)))
-            first_scale = 8 * half + 2 * run
+            runs.append(builder.or_(nibbles[run], builder.shl(high_bits, ir.Constant(_BYTES32, [4] * 32))))
+        for first_run in (0, 2):
+            first_scale = 8 * half + 2 * first_run
             lane_scales = builder.shuffle_vector(scales, ir.Constant(ir.VectorType(_F32, 16), ir.Undefined),
-                                                 ir.Constant(_LANES, [first_scale] * 4 + [first_scale + 1] * 4))
-            groups.append((quants, lane_scales, None))
-    return groups
+                                                 ir.Constant(_LANES, [first_scale + i // 4 for i in range(16)]))
+            pairs.append(WeightPair(_concat(builder, runs[first_run], runs[first_run + 1]), lane_scales))
+    return pairs, None
 
 
-def _q4_k_scale_and_min(builder, block, run):
-    """The 6-bit scale and min of run 0..7 from the 12 packed bytes at offset 4 (ggml's get_scale_min_k4)."""
-    if run < 4:
-        scale = builder.and_(_byte(builder, block, 4 + run), _I32(63))
-        minimum = builder.and_(_byte(builder, block, 8 + run), _I32(63))
-    else:
-        extra = _byte(builder, block, 8 + run)
-        scale = builder.or_(builder.and_(extra, _I32(15)),
-                            builder.shl(builder.lshr(_byte(builder, block, run), _I32(6)), _I32(4)))
-        minimum = builder.or_(builder.lshr(extra, _I32(4)),
-                              builder.shl(builder.lshr(_byte(builder, block, 4 + run), _I32(6)), _I32(4)))
-    return builder.uitofp(scale, _F32), builder.uitofp(minimum, _F32)
+def _bytes8(builder, vector, offsets):
+    return builder.shuffle_vector(vector, vector, ir.Constant(_LANES8, list(offsets)))
 
 
-def _q4_k_groups(builder, block):
+def _q4_k_scales_and_mins(builder, block):
+    """The 8 runs' 6-bit scales and mins from the 12 packed bytes at offset 4 (ggml's get_scale_min_k4), as
+    <8 x float>: runs 0-3 take the low 6 bits of bytes 4-7 (scales) and 8-11 (mins); runs 4-7 take a nibble of
+    bytes 12-15 plus the top 2 bits of bytes 4-7 (scales) or 8-11 (mins) as bits 4-5."""
+    packed = _load(builder, block, _BYTES16)
+    bytes8 = ir.VectorType(_I8, 8)
+    high_four = [0] * 4 + [0xFF] * 4
+
+    def top_bits(offsets):  # lanes 4-7: (byte >> 6) << 4
+        moved = builder.shl(builder.lshr(_bytes8(builder, packed, offsets), ir.Constant(bytes8, [6] * 8)),
+                            ir.Constant(bytes8, [4] * 8))
+        return builder.and_(moved, ir.Constant(bytes8, high_four))
+
+    scale_bytes = _bytes8(builder, packed, (4, 5, 6, 7, 12, 13, 14, 15))
+    scales = builder.or_(builder.and_(scale_bytes, ir.Constant(bytes8, [63] * 4 + [15] * 4)),
+                         top_bits((4, 5, 6, 7, 4, 5, 6, 7)))
+    min_bytes = builder.lshr(_bytes8(builder, packed, (8, 9, 10, 11, 12, 13, 14, 15)),
+                             ir.Constant(bytes8, [0] * 4 + [4] * 4))
+    mins = builder.or_(builder.and_(min_bytes, ir.Constant(bytes8, [63] * 4 + [0x0F] * 4)),
+                       top_bits((8, 9, 10, 11, 8, 9, 10, 11)))
+    to_float = ir.VectorType(_F32, 8)
+    return builder.uitofp(scales, to_float), builder.uitofp(mins, to_float)
+
+
+def _q4_k_pairs(builder, block):
     """Q4_K super-block (d f16 | dmin f16 | 12 bytes of 6-bit scales and mins | 128 bytes of nibbles: runs 2c and
-    2c+1 in the low and high nibbles of chunk c): value d * sc * q - dmin * m."""
-    halves = builder.bitcast(block, ir.HalfType().as_pointer())
-    d = builder.fpext(builder.load(halves, align=1), _F32)
-    d_min = builder.fpext(builder.load(builder.gep(halves, [_I64(1)]), align=1), _F32)
-    groups = []
+    2c+1 in the low and high nibbles of chunk c, so one chunk is one pair): value d * sc * q - dmin * m.
+    Returns (4 WeightPairs, the 8 runs' dmin * m)."""
+    d, d_min = _half(builder, block), _half(builder, block, 2)
+    scales, mins = _q4_k_scales_and_mins(builder, block)
+    to_float = ir.VectorType(_F32, 8)
+    scales = builder.fmul(scales, _broadcast(builder, (d,), to_float))
+    pairs = []
     for chunk in range(4):
         packed = _load(builder, builder.gep(block, [_I64(16 + 32 * chunk)]), _BYTES32)
-        for run, quants in ((2 * chunk, builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32))),
-                            (2 * chunk + 1, builder.lshr(packed, ir.Constant(_BYTES32, [4] * 32)))):
-            scale, minimum = _q4_k_scale_and_min(builder, block, run)
-            groups.append((quants, _splat(builder, builder.fmul(d, scale)), builder.fmul(d_min, minimum)))
-    return groups
+        quants = _concat(builder, builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32)),
+                         builder.lshr(packed, ir.Constant(_BYTES32, [4] * 32)))
+        lane_scales = builder.shuffle_vector(scales, scales,
+                                             ir.Constant(_LANES, [2 * chunk + i // 8 for i in range(16)]))
+        pairs.append(WeightPair(quants, lane_scales))
+    return pairs, builder.fmul(mins, _broadcast(builder, (d_min,), to_float))
 
 
 @dataclass(frozen=True)
 class SuperBlockFormat:
-    """A K-quant: 256 values per super-block in 8 runs of 32, each run with its own scale (and min)."""
+    """A K-quant: 256 values per super-block (one unit of the row loop) in 8 runs of 32, each run with its own
+    scale (and min)."""
     block_bytes: int
     zero_point: int
-    groups: Callable  # (builder, super-block pointer) -> 8 x (unsigned quants, lane scales, min factor or None)
+    pairs: Callable  # (builder, super-block pointer) -> (4 WeightPairs, <8 x float> min factors or None)
+    has_mins: bool
+
+    pairs_per_unit = SUPER_BLOCK_VALUES // PAIR_VALUES
+
+    @property
+    def unit_bytes(self):
+        return self.block_bytes
 
 
-SUPER_BLOCK_FORMATS = {"Q6_K": SuperBlockFormat(210, 32, _q6_k_groups), "Q4_K": SuperBlockFormat(144, 0, _q4_k_groups)}
+SUPER_BLOCK_FORMATS = {"Q6_K": SuperBlockFormat(210, 32, _q6_k_pairs, has_mins=False),
+                       "Q4_K": SuperBlockFormat(144, 0, _q4_k_pairs, has_mins=True)}
 
 
-def _emit_super_block_dot4(block_format, dot_lanes, context, builder, signature, args):
-    """The IR of a K-quant dot4: per super-block, the x blocks of its 8 runs are loaded once for the four rows;
-    a run's integer dot is scaled by its lane scales times the x scale; mins subtract min * (sum of x's run)."""
+def _activation_pointers(context, builder, arg_types, arrays, token):
+    """Pointers into token `token`'s rows of the 8-bit activations: (quants i8*, scales f32*, lane sums i32*,
+    block sums f32*)."""
+    quants = _row_pointer(context, builder, arg_types[0], arrays[0], token)
+    others = [builder.bitcast(_row_pointer(context, builder, array_type, array, token), element.as_pointer())
+              for array_type, array, element in zip(arg_types[1:], arrays[1:], (_F32, _I32, _F32))]
+    return (quants, *others)
+
+
+@dataclass(frozen=True)
+class ActivationPair:
+    """Two consecutive 32-value blocks of one token: 64 signed quants, the lanes' start (-zero_point * lane sums)
+    and the 16 lanes' x scales."""
+    quants: ir.Value
+    start: ir.Value
+    lane_scales: ir.Value
+
+
+def _x_pair(builder, x, first_block, zero_point, is_single=False):
+    """Blocks first_block and first_block + 1 of one token's activations (is_single: only the first, the
+    second half zero)."""
+    quants, scales, lane_sums, _ = x
+    values_pointer = builder.gep(quants, [builder.mul(first_block, _I64(BLOCK_VALUES))])
+    sums_pointer = builder.gep(lane_sums, [builder.mul(first_block, _I64(8))])
+    first_scale = builder.load(builder.gep(scales, [first_block]))
+    if is_single:
+        values = _concat(builder, _load(builder, values_pointer, _BYTES32), ir.Constant(_BYTES32, [0] * 32))
+        sums = _concat(builder, _load(builder, sums_pointer, _LANES8, align=4), ir.Constant(_LANES8, [0] * 8))
+        second_scale = _F32(0.0)
+    else:
+        values = _load(builder, values_pointer, _BYTES64)
+        sums = _load(builder, sums_pointer, _LANES, align=4)
+        second_scale = builder.load(builder.gep(scales, [builder.add(first_block, _I64(1))]))
+    start = builder.mul(sums, ir.Constant(_LANES, [-zero_point] * 16)) if zero_point else ir.Constant(_LANES, None)
+    return ActivationPair(values, start, _broadcast(builder, (first_scale, second_scale), _FLOAT_LANES))
+
+
+def _x_block_sums(builder, x, first_block):
+    """The 8 block sums (scale * sum of quants) of one token's super-block, for the K-quants' mins."""
+    return _load(builder, builder.gep(x[3], [first_block]), ir.VectorType(_F32, 8), align=4)
+
+
+def _dot_operands(context, builder, signature, args, num_tokens):
+    """(row byte pointers, per-token activation pointers, number of x blocks, prefetch distance) of a dots call."""
     arg_types = signature.args
-    data, rows = args[0], args[1:5]
-    x_quants, x_scales, x_lane_sums, x_block_sums, token, prefetch_bytes = args[5:]
+    data, rows, x_arrays, first_token, prefetch_bytes = args[0], args[1:5], args[5:9], args[9], args[10]
     row_pointers = [_row_pointer(context, builder, arg_types[0], data, row) for row in rows]
-    quants = _row_pointer(context, builder, arg_types[5], x_quants, token)
-    scales = builder.bitcast(_row_pointer(context, builder, arg_types[6], x_scales, token), _F32.as_pointer())
-    lane_sums = builder.bitcast(_row_pointer(context, builder, arg_types[7], x_lane_sums, token), _I32.as_pointer())
-    block_sums = builder.bitcast(_row_pointer(context, builder, arg_types[8], x_block_sums, token), _F32.as_pointer())
-    row_length = builder.extract_value(context.make_array(arg_types[5])(context, builder, x_quants).shape, 1)
-    accumulators = [cgutils.alloca_once_value(builder, ir.Constant(_FLOAT_LANES, None)) for _ in rows]
-    min_totals = [cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0)) for _ in rows]
-    runs = SUPER_BLOCK_VALUES // BLOCK_VALUES
-    with cgutils.for_range(builder, builder.udiv(row_length, _I64(SUPER_BLOCK_VALUES))) as loop:
-        first_x_block = builder.mul(loop.index, _I64(runs))
-        x_runs = []
-        for run in range(runs):
-            x_block = builder.add(first_x_block, _I64(run))
-            x_values = _load(builder, builder.gep(quants, [builder.mul(x_block, _I64(BLOCK_VALUES))]), _BYTES32)
-            start = ir.Constant(_LANES, None)
-            if block_format.zero_point:
-                sums = _load(builder, builder.gep(lane_sums, [builder.mul(x_block, _I64(8))]), _LANES, align=4)
-                start = builder.mul(sums, ir.Constant(_LANES, [-block_format.zero_point] * 8))
-            x_runs.append((x_values, start, builder.load(builder.gep(scales, [x_block])),
-                           builder.load(builder.gep(block_sums, [x_block]))))
-        for row_pointer, accumulator, min_total in zip(row_pointers, accumulators, min_totals):
-            base = builder.gep(row_pointer, [builder.mul(loop.index, _I64(block_format.block_bytes))])
-            _prefetch(builder, builder.gep(base, [prefetch_bytes]))
-            for (w_quants, lane_scales, min_factor), (x_values, start, x_scale, x_sum) in zip(
-                    block_format.groups(builder, base), x_runs):
-                lanes = builder.sitofp(dot_lanes(builder, start, w_quants, x_values), _FLOAT_LANES)
-                scaled = builder.fmul(lanes, builder.fmul(lane_scales, _splat(builder, x_scale)), flags=["contract"])
-                builder.store(builder.fadd(builder.load(accumulator), scaled, flags=["contract"]), accumulator)
-                if min_factor is not None:
-                    builder.store(builder.fadd(builder.load(min_total), builder.fmul(min_factor, x_sum),
-                                               flags=["contract"]), min_total)
-    totals = [builder.fsub(_lane_total(builder, builder.load(accumulator)), builder.load(min_total))
-              for accumulator, min_total in zip(accumulators, min_totals)]
+    xs = [_activation_pointers(context, builder, arg_types[5:9], x_arrays, builder.add(first_token, _I64(t)))
+          for t in range(num_tokens)]
+    row_length = builder.extract_value(context.make_array(arg_types[5])(context, builder, x_arrays[0]).shape, 1)
+    return row_pointers, xs, builder.udiv(row_length, _I64(BLOCK_VALUES)), prefetch_bytes
+
+
+def _accumulators(builder, num_rows, num_tokens, zero):
+    return [[cgutils.alloca_once_value(builder, zero) for _ in range(num_tokens)] for _ in range(num_rows)]
+
+
+def _accumulate(builder, accumulator, value):
+    builder.store(builder.fadd(builder.load(accumulator), value, flags=["contract"]), accumulator)
+
+
+def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature, args):
+    """The IR of 4 rows x num_tokens dots: one loop over the row's units; each unit's weights are unpacked once
+    and serve every token; each (row, token) has its own 16 float lanes (allocas LLVM keeps in registers) updated
+    in the same order whatever num_tokens is, so a token's result does not depend on the tokens it comes with.
+    Block formats with an odd number of blocks finish with a half-empty pair; K-quant mins subtract
+    min factor * x block sum, 8 lanes per super-block."""
+    row_pointers, xs, num_blocks, prefetch_bytes = _dot_operands(context, builder, signature, args, num_tokens)
+    accumulators = _accumulators(builder, len(row_pointers), num_tokens, ir.Constant(_FLOAT_LANES, None))
+    min_totals = _accumulators(builder, len(row_pointers), num_tokens, ir.Constant(ir.VectorType(_F32, 8), None))
+    blocks_per_unit = 2 * weight_format.pairs_per_unit
+
+    def accumulate_unit(first_block, weights_of, is_single=False):
+        x_pairs = [[_x_pair(builder, x, builder.add(first_block, _I64(2 * p)), weight_format.zero_point, is_single)
+                    for p in range(weight_format.pairs_per_unit)] for x in xs]
+        x_sums = [_x_block_sums(builder, x, first_block) for x in xs] if weight_format.has_mins else None
+        for r, row_pointer in enumerate(row_pointers):
+            weight_pairs, min_factors = weights_of(row_pointer)
+            for p, w in enumerate(weight_pairs):
+                for t in range(num_tokens):
+                    x = x_pairs[t][p]
+                    lanes = builder.sitofp(dot_lanes(builder, x.start, w.quants, x.quants), _FLOAT_LANES)
+                    scales = builder.fmul(w.lane_scales, x.lane_scales)
+                    _accumulate(builder, accumulators[r][t], builder.fmul(lanes, scales, flags=["contract"]))
+            for t in range(num_tokens if min_factors is not None else 0):
+                _accumulate(builder, min_totals[r][t], builder.fmul(min_factors, x_sums[t], flags=["contract"]))
+
+    with cgutils.for_range(builder, builder.udiv(num_blocks, _I64(blocks_per_unit))) as loop:
+        def unit_weights(row_pointer):
+            unit = builder.gep(row_pointer, [builder.mul(loop.index, _I64(weight_format.unit_bytes))])
+            _prefetch(builder, builder.gep(unit, [prefetch_bytes]))
+            return weight_format.pairs(builder, unit)
+        accumulate_unit(builder.mul(loop.index, _I64(blocks_per_unit)), unit_weights)
+    if isinstance(weight_format, BlockFormat):
+        last_block = builder.sub(num_blocks, _I64(1))
+        with builder.if_then(builder.trunc(num_blocks, ir.IntType(1))):
+            def last_weights(row_pointer):
+                block = builder.gep(row_pointer, [builder.mul(last_block, _I64(weight_format.block_bytes))])
+                return weight_format.last_single_block(builder, block)
+            accumulate_unit(last_block, last_weights, is_single=True)
+    totals = [builder.fsub(_lane_total(builder, builder.load(accumulators[r][t])),
+                           _lane_total(builder, builder.load(min_totals[r][t])))
+              for t in range(num_tokens) for r in range(len(row_pointers))]
     return context.make_tuple(builder, signature.return_type, totals)
 
 
-def _super_block_dot4_intrinsic(block_format, choose_dot_lanes):
-    """A K-quant dot4 (as _dot4_intrinsic, plus x_block_sums: float32 [n, k/32], scale * sum of quants)."""
+def _dots_intrinsic(weight_format, num_tokens, choose_dot_lanes):
+    """Dots of 4 rows with num_tokens tokens, in `weight_format`, with the lane dot choose_dot_lanes(context)
+    picks at compile time."""
     @intrinsic
-    def dot4(typingctx, data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, x_block_sums, token, prefetch_bytes):
+    def dots(typingctx, data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, x_block_sums, first_token,
+             prefetch_bytes):
+        """(dot(row ra, x[first_token]), ..., dot(row rd, x[first_token]), dot(row ra, x[first_token + 1]), ...):
+        rows of data (uint8 [rows, bytes], rows may repeat) with num_tokens tokens of the 8-bit activations
+        (quantize_activations_into). prefetch_bytes: how far ahead in each row's stream to prefetch (0: nothing
+        new, e.g. later tokens over the same rows)."""
         if not (isinstance(data, types.Array) and data.ndim == 2):
             return None
 
         def codegen(context, builder, signature, args):
-            return _emit_super_block_dot4(block_format, choose_dot_lanes(context), context, builder, signature, args)
+            return _emit_dots(weight_format, num_tokens, choose_dot_lanes(context), context, builder, signature, args)
 
-        result_type = types.UniTuple(types.float32, 4)
-        return (result_type(data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, x_block_sums, token,
+        result_type = types.UniTuple(types.float32, 4 * num_tokens)
+        return (result_type(data, ra, rb, rc, rd, x_quants, x_scales, x_lane_sums, x_block_sums, first_token,
                             prefetch_bytes), codegen)
 
-    return dot4
+    return dots
 
 
 def _vnni_where_available(context):
@@ -332,17 +435,27 @@ def _portable(context):
     return _dot_lanes_portable
 
 
-q8_0_dot4 = _dot4_intrinsic(BLOCK_FORMATS["Q8_0"], _vnni_where_available)
-q5_0_dot4 = _dot4_intrinsic(BLOCK_FORMATS["Q5_0"], _vnni_where_available)
-q4_0_dot4 = _dot4_intrinsic(BLOCK_FORMATS["Q4_0"], _vnni_where_available)
+TOKENS_PER_PASS = 4  # tokens of a dot4x4: 4 rows x 4 tokens of float lanes fill 16 of the 32 vector registers
+
+
+def _dot_pair(format_name, choose_dot_lanes=_vnni_where_available):
+    """(dot4: 4 rows x 1 token, dot4x4: 4 rows x TOKENS_PER_PASS tokens) of one weight type."""
+    weight_format = {**BLOCK_FORMATS, **SUPER_BLOCK_FORMATS}[format_name]
+    return (_dots_intrinsic(weight_format, 1, choose_dot_lanes),
+            _dots_intrinsic(weight_format, TOKENS_PER_PASS, choose_dot_lanes))
+
+
+q8_0_dot4, q8_0_dot4x4 = _dot_pair("Q8_0")
+q5_0_dot4, q5_0_dot4x4 = _dot_pair("Q5_0")
+q4_0_dot4, q4_0_dot4x4 = _dot_pair("Q4_0")
+q6_k_dot4, q6_k_dot4x4 = _dot_pair("Q6_K")
+q4_k_dot4, q4_k_dot4x4 = _dot_pair("Q4_K")
 # the same dots on any CPU (tests compare them with the VNNI ones)
-q8_0_dot4_portable = _dot4_intrinsic(BLOCK_FORMATS["Q8_0"], _portable)
-q5_0_dot4_portable = _dot4_intrinsic(BLOCK_FORMATS["Q5_0"], _portable)
-q4_0_dot4_portable = _dot4_intrinsic(BLOCK_FORMATS["Q4_0"], _portable)
-q6_k_dot4 = _super_block_dot4_intrinsic(SUPER_BLOCK_FORMATS["Q6_K"], _vnni_where_available)
-q4_k_dot4 = _super_block_dot4_intrinsic(SUPER_BLOCK_FORMATS["Q4_K"], _vnni_where_available)
-q6_k_dot4_portable = _super_block_dot4_intrinsic(SUPER_BLOCK_FORMATS["Q6_K"], _portable)
-q4_k_dot4_portable = _super_block_dot4_intrinsic(SUPER_BLOCK_FORMATS["Q4_K"], _portable)
+q8_0_dot4_portable, q8_0_dot4x4_portable = _dot_pair("Q8_0", _portable)
+q5_0_dot4_portable, q5_0_dot4x4_portable = _dot_pair("Q5_0", _portable)
+q4_0_dot4_portable, q4_0_dot4x4_portable = _dot_pair("Q4_0", _portable)
+q6_k_dot4_portable, q6_k_dot4x4_portable = _dot_pair("Q6_K", _portable)
+q4_k_dot4_portable, q4_k_dot4x4_portable = _dot_pair("Q4_K", _portable)
 
 
 @njit(cache=True, inline="always")

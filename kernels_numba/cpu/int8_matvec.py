@@ -9,40 +9,58 @@ import numpy as np
 from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, q4_0_dot4, q4_k_dot4, q5_0_dot4,
-                                        q6_k_dot4, q8_0_dot4, quantize_activations_into)
+from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, TOKENS_PER_PASS, q4_0_dot4,
+                                        q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
+                                        q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations_into)
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 ROWS_PER_GROUP = 4
 INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q6_K, qt.Q4_K)
 
 
-@njit(cache=True, inline="always")
-def _dot4(code, data, ra, rb, rc, rd, x8, t, prefetch_bytes):
-    """x8: the 8-bit activations (quants, scales, lane_sums, block_sums) of quantize_activations_into."""
-    quants, scales, lane_sums, block_sums = x8
-    if code == qt.Q8_0:
-        return q8_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
-    if code == qt.Q5_0:
-        return q5_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
-    if code == qt.Q4_0:
-        return q4_0_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, t, prefetch_bytes)
-    if code == qt.Q6_K:
-        return q6_k_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, block_sums, t, prefetch_bytes)
-    return q4_k_dot4(data, ra, rb, rc, rd, quants, scales, lane_sums, block_sums, t, prefetch_bytes)
+def _dispatch_on_type(q8_0, q5_0, q4_0, q6_k, q4_k):
+    """A (code, data, ra..rd, x8, t, prefetch_bytes) -> dots function calling the given intrinsic of each type.
+    x8: the 8-bit activations (quants, scales, lane_sums, block_sums) of quantize_activations_into."""
+    @njit(inline="always")
+    def dots(code, data, ra, rb, rc, rd, x8, t, prefetch_bytes):
+        if code == qt.Q8_0:
+            return q8_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
+        if code == qt.Q5_0:
+            return q5_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
+        if code == qt.Q4_0:
+            return q4_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
+        if code == qt.Q6_K:
+            return q6_k(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
+        return q4_k(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
+    return dots
+
+
+_dot4 = _dispatch_on_type(q8_0_dot4, q5_0_dot4, q4_0_dot4, q6_k_dot4, q4_k_dot4)  # rows ra..rd, token t
+# rows ra..rd, tokens t..t+3 (token-major: index 4 * token + row); each weight block is unpacked once
+_dot4x4 = _dispatch_on_type(q8_0_dot4x4, q5_0_dot4x4, q4_0_dot4x4, q6_k_dot4x4, q4_k_dot4x4)
 
 
 @njit(cache=True)
 def _groups_into(code, data, x8, out, first_group, stop_group):
+    """Tokens in passes of TOKENS_PER_PASS, then one at a time: a (row, token) dot is the same IR either way."""
     last = data.shape[0] - 1
+    num_tokens = x8[0].shape[0]
     for group in range(first_group, stop_group):
         first_row = group * ROWS_PER_GROUP
         ra, rb, rc, rd = first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last)
         num_rows = min(ROWS_PER_GROUP, data.shape[0] - first_row)
-        for t in range(x8[0].shape[0]):
+        t = 0
+        while t + TOKENS_PER_PASS <= num_tokens:
+            dots = _dot4x4(code, data, ra, rb, rc, rd, x8, t, PREFETCH_BYTES if t == 0 else 0)
+            for token in range(TOKENS_PER_PASS):
+                for g in range(num_rows):
+                    out[t + token, first_row + g] = dots[ROWS_PER_GROUP * token + g]
+            t += TOKENS_PER_PASS
+        while t < num_tokens:
             dots = _dot4(code, data, ra, rb, rc, rd, x8, t, PREFETCH_BYTES if t == 0 else 0)
             for g in range(num_rows):
                 out[t, first_row + g] = dots[g]
+            t += 1
 
 
 @njit(cache=True, parallel=True)

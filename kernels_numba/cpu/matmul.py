@@ -13,6 +13,7 @@ import threading
 import numba
 import numpy as np
 from numba import njit, prange
+from numba.extending import register_jitable
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
@@ -31,7 +32,9 @@ from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
 TILE_BYTES = 1024 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM (512K-4M measured)
-MAX_INT8_TOKENS = 16  # Q8_0 with 8-bit activations: LM head n=4 34 ms, n=16 220 ms (loaded machine) vs BLAS tiles
+# 8-bit activations, 4 tokens per pass (int8_dot.dot4x4): beats tile decode + BLAS up to ~48-64 tokens on the
+# layers (one thread: Q5_0 2048x640 n=32 1.10 vs 1.62 ms, n=64 2.18 vs 2.05) and to ~128 on the Q8_0 LM head
+MAX_INT8_TOKENS = 48
 MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
 PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
 
@@ -95,7 +98,7 @@ def matvec_into(code, data, x, out):
     x. Deciding here rather than in Python saves ~15 us of numba thread-count calls per mat-vec (decode: ~80 per
     token).
     """
-    if USE_INT8_DOT and code in INT8_CODES:
+    if uses_int8_dot(code, x.shape[0]):
         int8_matvec_into(code, data, x, out)
         return
     x_sums = block_sums(code, x)
@@ -132,9 +135,16 @@ def _check_shapes(x: np.ndarray, w: WeightTensor, num_rows: int, out: np.ndarray
         raise ValueError(f"linear {w.name!r}: out must be C-contiguous float32 {expected}")
 
 
+@register_jitable
+def uses_int8_dot(code: int, num_tokens: int) -> bool:
+    """Whether linear runs the integer dots (each token the same dots whatever n, so bit-identical results);
+    callable from Python and from njit code (matvec_into)."""
+    return USE_INT8_DOT and code in INT8_CODES and num_tokens <= MAX_INT8_TOKENS
+
+
 def max_fused_tokens(code: int) -> int:
     """Most tokens the fused mat-vec serves before tile decode + BLAS wins (speculative verify sends k+1)."""
-    if USE_INT8_DOT and code in INT8_CODES:
+    if uses_int8_dot(code, 1):
         return MAX_INT8_TOKENS
     return MAX_FUSED_TOKENS_PAIRED if code == qt.Q8_0 or code == qt.Q5_0 else MAX_FUSED_TOKENS
 
@@ -152,8 +162,8 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
-    elif USE_INT8_DOT and code in INT8_CODES and x.shape[0] <= MAX_INT8_TOKENS:  # every n: the same per-token dots
-        matvec_into(code, data, x, out)
+    elif uses_int8_dot(code, x.shape[0]):
+        int8_matvec_into(code, data, x, out)
     elif 2 <= x.shape[0] <= MAX_BATCH_TOKENS and code in BATCH_CODES:  # one decode for all tokens (batch_dot)
         batch_matvec_into(code, data, x, out, parallel_policy.PARALLEL_MIN_WORK)
     elif x.shape[0] <= max_fused_tokens(code):

@@ -37,10 +37,17 @@ def test_activation_quantization_matches_the_reference():
 
 
 INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q6_K, QT.Q4_K)
-PORTABLE_DOT4 = {QT.Q8_0: int8_dot.q8_0_dot4_portable, QT.Q5_0: int8_dot.q5_0_dot4_portable,
-                 QT.Q4_0: int8_dot.q4_0_dot4_portable, QT.Q6_K: int8_dot.q6_k_dot4_portable,
-                 QT.Q4_K: int8_dot.q4_k_dot4_portable}
-FAST_DOT4 = {QT.Q8_0: int8_dot.q8_0_dot4, QT.Q6_K: int8_dot.q6_k_dot4}
+BLOCK_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0)  # 32 values per block: rows may hold an odd number of blocks
+PORTABLE_DOTS = {QT.Q8_0: (int8_dot.q8_0_dot4_portable, int8_dot.q8_0_dot4x4_portable),
+                 QT.Q5_0: (int8_dot.q5_0_dot4_portable, int8_dot.q5_0_dot4x4_portable),
+                 QT.Q4_0: (int8_dot.q4_0_dot4_portable, int8_dot.q4_0_dot4x4_portable),
+                 QT.Q6_K: (int8_dot.q6_k_dot4_portable, int8_dot.q6_k_dot4x4_portable),
+                 QT.Q4_K: (int8_dot.q4_k_dot4_portable, int8_dot.q4_k_dot4x4_portable)}
+FAST_DOTS = {QT.Q8_0: (int8_dot.q8_0_dot4, int8_dot.q8_0_dot4x4), QT.Q6_K: (int8_dot.q6_k_dot4, int8_dot.q6_k_dot4x4)}
+
+
+def _row_length(ggml_type, num_blocks_of_32):
+    return 32 * num_blocks_of_32 if ggml_type in BLOCK_TYPES else 512
 
 
 @pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
@@ -48,8 +55,9 @@ FAST_DOT4 = {QT.Q8_0: int8_dot.q8_0_dot4, QT.Q6_K: int8_dot.q6_k_dot4}
 @pytest.mark.parametrize("num_tokens", [1, 3, 16])
 def test_matvec_matches_the_int8_reference(ggml_type, num_rows, num_tokens, threading_mode):
     rng = np.random.default_rng(num_rows * 10 + num_tokens)
-    w = random_weight(ggml_type, (num_rows, 512), rng)  # random bytes: every quant (Q8_0: -128 included)
-    x = rng.standard_normal((num_tokens, 512)).astype(np.float32)
+    row_length = _row_length(ggml_type, 15 if num_rows == 3 else 16)  # block types: an odd block count too
+    w = random_weight(ggml_type, (num_rows, row_length), rng)  # random bytes: every quant (Q8_0: -128 included)
+    x = rng.standard_normal((num_tokens, row_length)).astype(np.float32)
     out = np.full((num_tokens, num_rows), np.nan, np.float32)
     int8_matvec_into(quant_type.type_code_of(w), readonly_bytes(w), x, out)
     assert relative_error(out, linear_int8_activations(x, w)) < 1e-5
@@ -57,74 +65,75 @@ def test_matvec_matches_the_int8_reference(ggml_type, num_rows, num_tokens, thre
     assert relative_error(out, exact) < 2e-2  # the activation rounding itself: ~0.5% on random data
 
 
-def test_a_token_gets_the_same_bits_alone_and_inside_a_batch():
-    """Speculative verify sends k+1 tokens at once: each must equal its one-token result exactly."""
+@pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
+def test_a_token_gets_the_same_bits_alone_and_inside_a_batch(ggml_type):
+    """Speculative verify sends k+1 tokens at once (passes of 4 tokens, then one at a time): each must equal
+    its one-token result exactly."""
     rng = np.random.default_rng(3)
-    data = readonly_bytes(random_weight(QT.Q8_0, (37, 640), rng))
-    x = rng.standard_normal((9, 640)).astype(np.float32)
+    row_length = _row_length(ggml_type, 21)
+    data = readonly_bytes(random_weight(ggml_type, (37, row_length), rng))
+    x = rng.standard_normal((9, row_length)).astype(np.float32)
+    code = getattr(quant_type, ggml_type.name)
     batch = np.empty((9, 37), np.float32)
-    int8_matvec_into(quant_type.Q8_0, data, x, batch)
+    int8_matvec_into(code, data, x, batch)
     for t in range(9):
         alone = np.empty((1, 37), np.float32)
-        int8_matvec_into(quant_type.Q8_0, data, x[t:t + 1], alone)
+        int8_matvec_into(code, data, x[t:t + 1], alone)
         np.testing.assert_array_equal(alone[0], batch[t])
 
 
 def test_non_finite_activations_propagate():
     rng = np.random.default_rng(4)
     data = readonly_bytes(random_weight(QT.Q8_0, (8, 64), rng))
-    x = rng.standard_normal((2, 64)).astype(np.float32)
-    x[0, 5], x[1, 40] = np.nan, np.inf
-    out = np.zeros((2, 8), np.float32)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    x[0, 5], x[1, 40], x[4, 0] = np.nan, np.inf, -np.inf  # inside a pass of 4 tokens and alone
+    out = np.zeros((5, 8), np.float32)
     int8_matvec_into(quant_type.Q8_0, data, x, out)
-    assert np.isnan(out).all()
+    assert np.isnan(out[[0, 1, 4]]).all() and np.isfinite(out[[2, 3]]).all()
 
 
-def _dots_with(dot4, is_super_block):
-    """An uncached njit mat-vec over one token with the given dot4 flavour (its assembly can be read)."""
+def _dots_with(dots, num_tokens):
+    """An uncached njit mat-vec over num_tokens tokens with the given dots flavour (its assembly can be read)."""
     @njit
-    def dots(data, quants, scales, lane_sums, block_sums, out):
+    def matvec(data, quants, scales, lane_sums, block_sums, out):
         last = data.shape[0] - 1
         for r in range(0, data.shape[0], 4):
             rows = (r, min(r + 1, last), min(r + 2, last), min(r + 3, last))
-            if is_super_block:
-                four = dot4(data, *rows, quants, scales, lane_sums, block_sums, 0, 0)
-            else:
-                four = dot4(data, *rows, quants, scales, lane_sums, 0, 0)
-            for g in range(min(4, data.shape[0] - r)):
-                out[r + g] = four[g]
-    return dots
-
-
-def _is_super_block(ggml_type):
-    return ggml_type in (QT.Q6_K, QT.Q4_K)
+            values = dots(data, *rows, quants, scales, lane_sums, block_sums, 0, 0)
+            for t in range(num_tokens):
+                for g in range(min(4, data.shape[0] - r)):
+                    out[t, r + g] = values[4 * t + g]
+    return matvec
 
 
 @pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
-def test_the_portable_lane_dot_gives_the_same_results(ggml_type):
+@pytest.mark.parametrize("num_tokens", [1, 4])
+def test_the_portable_lane_dot_gives_the_same_results(ggml_type, num_tokens):
     """The IR used on CPUs without VNNI (plain widening multiplies) computes the same integers."""
     rng = np.random.default_rng(5)
-    w = random_weight(ggml_type, (10, 256), rng)
-    x = rng.standard_normal((1, 256)).astype(np.float32)
-    portable = np.empty(10, np.float32)
-    _dots_with(PORTABLE_DOT4[ggml_type], _is_super_block(ggml_type))(readonly_bytes(w), *_quantized(x), portable)
-    fast = np.empty((1, 10), np.float32)
+    row_length = _row_length(ggml_type, 9)
+    w = random_weight(ggml_type, (10, row_length), rng)
+    x = rng.standard_normal((num_tokens, row_length)).astype(np.float32)
+    portable = np.empty((num_tokens, 10), np.float32)
+    dots = PORTABLE_DOTS[ggml_type][num_tokens == 4]
+    _dots_with(dots, num_tokens)(readonly_bytes(w), *_quantized(x), portable)
+    fast = np.empty((num_tokens, 10), np.float32)
     int8_matvec_into(quant_type.type_code_of(w), readonly_bytes(w), x, fast)
-    np.testing.assert_array_equal(portable, fast[0])
+    np.testing.assert_array_equal(portable, fast)
 
 
-@pytest.mark.parametrize("ggml_type", tuple(FAST_DOT4), ids=lambda t: t.name)
+@pytest.mark.parametrize("ggml_type", tuple(FAST_DOTS), ids=lambda t: t.name)
 def test_the_integer_dot_instruction_is_used_where_the_cpu_has_it(ggml_type):
     if not int8_dot.INT8_DOT_IS_FAST:
         pytest.skip("this CPU has no AVX512-VNNI")
     data = readonly_bytes(random_weight(ggml_type, (4, 256), np.random.default_rng(6)))
-    x8 = _quantized(np.ones((1, 256), np.float32))
-    fast = _dots_with(FAST_DOT4[ggml_type], _is_super_block(ggml_type))
-    portable = _dots_with(PORTABLE_DOT4[ggml_type], _is_super_block(ggml_type))
-    for dots in (fast, portable):
-        dots(data, *x8, np.empty(4, np.float32))
-    assert "vpdpbusd" in fast.inspect_asm(fast.signatures[0])
-    assert "vpdpbusd" not in portable.inspect_asm(portable.signatures[0])
+    x8 = _quantized(np.ones((4, 256), np.float32))
+    for num_tokens, (fast_dots, portable_dots) in zip((1, 4), zip(FAST_DOTS[ggml_type], PORTABLE_DOTS[ggml_type])):
+        fast, portable = _dots_with(fast_dots, num_tokens), _dots_with(portable_dots, num_tokens)
+        for matvec in (fast, portable):
+            matvec(data, *x8, np.empty((4, 4), np.float32))
+        assert "vpdpbusd" in fast.inspect_asm(fast.signatures[0])
+        assert "vpdpbusd" not in portable.inspect_asm(portable.signatures[0])
 
 
 def test_rounded_activations_are_the_quants_times_their_scale():
@@ -137,13 +146,16 @@ def test_rounded_activations_are_the_quants_times_their_scale():
 
 @pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
 def test_a_long_batch_agrees_with_the_int8_dots(ggml_type):
-    """Past 16 tokens linear multiplies decoded tiles with BLAS; on the rounded activations its rows equal the
-    one-token integer dots up to float32 summation order (prefill and decode see the same activations)."""
+    """Past MAX_INT8_TOKENS linear multiplies decoded tiles with BLAS; on the rounded activations its rows equal
+    the one-token integer dots up to float32 summation order (prefill and decode see the same activations)."""
     from kernels_numba import get_ops
+    from kernels_numba.cpu import matmul
     rng = np.random.default_rng(8)
+    num_tokens = matmul.MAX_INT8_TOKENS + 2
     w = random_weight(ggml_type, (40, 256), rng)
-    x = rng.standard_normal((20, 256)).astype(np.float32)
+    x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
     cpu = get_ops("cpu")
+    assert not matmul.uses_int8_dot(quant_type.type_code_of(w), num_tokens)
     batch = cpu.linear(x, w)
-    alone = np.concatenate([cpu.linear(x[t:t + 1], w) for t in range(20)])
+    alone = np.concatenate([cpu.linear(x[t:t + 1], w) for t in range(num_tokens)])
     assert relative_error(batch, alone) < 1e-5
