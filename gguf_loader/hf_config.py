@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ModelFileError, UnsupportedModelError
+from .yarn_rope import yarn_gguf_metadata
 
 # HF architectures / model_type -> our architecture name
 HF_ARCHITECTURES = {
@@ -23,6 +24,7 @@ HF_ARCHITECTURES["DeepseekV3ForCausalLM"] = "deepseek2"  # llama.cpp's name for 
 HF_MODEL_TYPES["deepseek_v3"] = "deepseek2"
 HF_MODEL_TYPES.update({"qwen3_moe": "qwen3moe", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35",
                        "qwen3_5_moe_text": "qwen35moe"})
+YARN_ARCHS = {"deepseek2"}  # whose models apply YaRN (pocketcli.models.deepseek_v3)
 
 
 def hf_architecture(config: dict, where: str) -> str:
@@ -59,9 +61,11 @@ def rope_metadata(arch: str, config: dict, where: str) -> tuple[dict[str, Any], 
     if rope_type == "linear":
         out[f"{arch}.rope.scaling.type"] = "linear"
         out[f"{arch}.rope.scaling.factor"] = float(params["factor"])
+    elif rope_type == "yarn" and arch in YARN_ARCHS:
+        out.update(yarn_gguf_metadata(arch, params, int(config.get("max_position_embeddings", 4096)), where))
     elif rope_type not in ("default", "llama3"):
         raise UnsupportedModelError(f"{where}: rope scaling type '{rope_type}' is not supported "
-                                    f"(supported: linear, llama3)")
+                                    f"(supported: linear, llama3; yarn for DeepSeek-V3)")
     if arch == "gemma3":
         out["gemma3.rope.freq_base_swa"] = float(_rope_parameters(config, "sliding_attention")["rope_theta"])
     return out, params

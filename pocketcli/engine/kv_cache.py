@@ -34,9 +34,11 @@ def lazy_zeros(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
 
 
 def make_kv_cache(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                  head_dim: int, dtype=np.float32, zeros=lazy_zeros) -> KVCache:
-    """`zeros` allocates each layer: lazy_zeros, or a backend's device allocator (kernels_numba.cuda.zeros)."""
+                  head_dim: int, dtype=np.float32, zeros=lazy_zeros, value_dim: int | None = None) -> KVCache:
+    """`zeros` allocates each layer: lazy_zeros, or a backend's device allocator (kernels_numba.cuda.zeros);
+    value_dim: the values' width when it is not head_dim (0: a model that reads its values from the keys)."""
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    value_shape = shape[:3] + (head_dim if value_dim is None else value_dim,)
     keys = [zeros(shape, dtype=dtype) for _ in range(num_layers)]
-    values = [zeros(shape, dtype=dtype) for _ in range(num_layers)]
+    values = [zeros(value_shape, dtype=dtype) for _ in range(num_layers)]
     return KVCache(keys, values, block_size)

@@ -52,7 +52,9 @@ class LLMEngine:
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         num_blocks = blocks_per_seq * config.max_num_seqs
         hp = self.model.hparams  # under tensor parallelism, this rank's KV heads
-        self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, hp.num_kv_heads, hp.head_dim)
+        kv_heads, key_dim, value_dim = self.model.kv_cache_layout()
+        self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, kv_heads, key_dim,
+                                      value_dim=value_dim)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.kv_cache.recurrent = make_recurrent_state(self.model, config.max_num_seqs + 1)  # +1: score()
         if self.kv_cache.recurrent is not None:  # hybrid model: a state slot per sequence, no prefix cache

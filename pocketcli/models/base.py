@@ -137,6 +137,11 @@ class DecoderModel:
     def attention_scale(self) -> float:
         return 1.0 / float(np.sqrt(self.hparams.head_dim))
 
+    def kv_cache_layout(self) -> tuple[int, int, int]:
+        """(KV heads, key width, value width) of one token in each layer's paged cache (MLA caches a latent)."""
+        hp = self.hparams
+        return hp.num_kv_heads, hp.head_dim, hp.head_dim
+
     # --- forward -------------------------------------------------------------------------------------------
     def forward(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata,
                 kv_keys: list[np.ndarray], kv_values: list[np.ndarray]) -> np.ndarray:

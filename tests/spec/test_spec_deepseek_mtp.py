@@ -2,7 +2,6 @@
 random HF checkpoint saved by transformers, against DeepseekV3ForCausalLM; then its `nextn` MTP layer
 (model.layers.{num_hidden_layers}.*: enorm, hnorm, eh_proj, shared_head, a DeepSeek block): the MTP step matches a
 transcription built from transformers' own DeepSeek-V3 layer, and `--spec mtp` greedy output is plain greedy."""
-import json
 import shutil
 
 import numpy as np
@@ -22,7 +21,10 @@ HIDDEN, LAYERS = 64, 3
 LOGIT_TOLERANCE = 1e-4
 
 
-def make_config():
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+def make_config(rope_parameters=None, max_position_embeddings=128):
     import transformers as tf
 
     return tf.DeepseekV3Config(
@@ -30,23 +32,24 @@ def make_config():
         first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
         n_shared_experts=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, routed_scaling_factor=2.5, norm_topk_prob=True,
-        max_position_embeddings=128, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        max_position_embeddings=max_position_embeddings, rope_parameters=rope_parameters or DEFAULT_ROPE,
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, num_nextn_predict_layers=1)
 
 
-def save_tiny_deepseek(directory):
+def save_tiny_deepseek(directory, config=None):
     import torch
     import transformers as tf
 
     torch.manual_seed(0)
-    config = make_config()
+    config = config or make_config()
     config._attn_implementation = "eager"
     model = tf.DeepseekV3ForCausalLM(config)
     with torch.no_grad():
         for _, p in model.named_parameters():
             p.copy_(torch.randn_like(p) * 0.1 + 1.0 if p.ndim == 1 else torch.randn_like(p) / p.shape[-1] ** 0.5)
         for layer in model.model.layers[config.first_k_dense_replace:]:
-            layer.mlp.gate.e_score_correction_bias.copy_(torch.randn(8) * 0.1)
+            bias = layer.mlp.gate.e_score_correction_bias
+            bias.copy_(torch.randn(bias.shape) * 0.1)
     model.eval().save_pretrained(directory)
     make_tokenizer_files(directory)
     return model
@@ -84,8 +87,8 @@ def dirs(tmp_path_factory):
     return {"reference": reference, "dsv3": root / "dsv3", "mtp": add_nextn_layer(root / "dsv3", root / "mtp")}
 
 
-def make_engine(path, **kwargs) -> LLMEngine:
-    return LLMEngine(EngineConfig(str(path), ctx_size=128, block_size=4, backend="reference", **kwargs))
+def make_engine(path, backend="reference", **kwargs) -> LLMEngine:
+    return LLMEngine(EngineConfig(str(path), ctx_size=128, block_size=4, backend=backend, **kwargs))
 
 
 def test_deepseek_v3_matches_transformers(dirs):
@@ -165,18 +168,10 @@ def test_nextn_speculation_is_lossless(dirs):
     assert engine.speculative.stats.num_draft_tokens > 0
 
 
-def test_yarn_rope_scaling_is_refused_in_one_line(dirs, tmp_path):
-    shutil.copytree(dirs["dsv3"], tmp_path / "yarn")
-    config = json.loads((tmp_path / "yarn" / "config.json").read_text())
-    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0}
-    (tmp_path / "yarn" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(Exception, match="yarn"):
-        make_engine(tmp_path / "yarn")
-
-
-def write_deepseek_gguf(hf_dir, path):
+def write_deepseek_gguf(hf_dir, path, skip_keys=(), split_kv_b=False):
     """The HF checkpoint as a deepseek2 GGUF in llama.cpp's names (attn_kv_b form, blk.N.nextn.* for the MTP
-    layer, as gguf-py's NEXTN_* tensors name it), with a 320-token SentencePiece vocabulary."""
+    layer, as gguf-py's NEXTN_* tensors name it), with a 320-token SentencePiece vocabulary; `skip_keys`: metadata
+    left out (keys llama.cpp's converter does not write); split_kv_b: llama.cpp's MLA form (split_mla_kv_b)."""
     import gguf
 
     from gguf_loader.hf_checkpoint import HFCheckpoint
@@ -184,20 +179,46 @@ def write_deepseek_gguf(hf_dir, path):
 
     checkpoint = HFCheckpoint(hf_dir)
     writer = gguf.GGUFWriter(str(path), "deepseek2")
-    for key, value in checkpoint.metadata.items():
-        if not key.startswith("deepseek2."):
+    metadata, tensors = checkpoint.metadata, {name: checkpoint.dequantized(name) for name in checkpoint.tensor_infos}
+    if split_kv_b:
+        metadata, tensors = split_mla_kv_b(metadata, tensors)
+    for key, value in metadata.items():
+        if not key.startswith("deepseek2.") or key in skip_keys:
             continue
-        if isinstance(value, bool):
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, bool):
             writer.add_bool(key, value)
         elif isinstance(value, int):
             writer.add_uint32(key, value)
         elif isinstance(value, float):
             writer.add_float32(key, value)
     _add_vocab(writer, TINY_CONFIGS["llama"])
-    for name in checkpoint.tensor_infos:
-        writer.add_tensor(name, np.ascontiguousarray(checkpoint.dequantized(name), dtype=np.float32))
+    for name, array in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     finish_gguf(writer)
     return str(path)
+
+
+def split_mla_kv_b(metadata: dict, tensors: dict) -> tuple[dict, dict]:
+    """As llama.cpp's DeepseekV2 converter writes MLA: one KV head of key_length kv_lora + rope and value_length
+    kv_lora, the per-head sizes under key_length_mla / value_length_mla, and attn_kv_b split per head into
+    attn_k_b [H, kv_lora, nope] (transposed) and attn_v_b [H, v, kv_lora]."""
+    p = "deepseek2.attention."
+    heads, kv_lora = metadata[p + "head_count"], metadata[p + "kv_lora_rank"]
+    rope = metadata["deepseek2.rope.dimension_count"]
+    nope, value = metadata[p + "key_length"] - rope, metadata[p + "value_length"]
+    metadata = {**metadata, p + "head_count_kv": 1, p + "key_length": kv_lora + rope, p + "value_length": kv_lora,
+                p + "key_length_mla": nope + rope, p + "value_length_mla": value}
+    split = {}
+    for name, array in tensors.items():
+        if not name.endswith("attn_kv_b.weight"):
+            split[name] = array
+            continue
+        per_head = array.reshape(heads, nope + value, kv_lora)
+        split[name.replace("attn_kv_b", "attn_k_b")] = per_head[:, :nope].transpose(0, 2, 1)
+        split[name.replace("attn_kv_b", "attn_v_b")] = per_head[:, nope:]
+    return metadata, split
 
 
 def test_gguf_with_nextn_tensors_drafts_losslessly(dirs, tmp_path):

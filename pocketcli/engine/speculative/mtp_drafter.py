@@ -40,8 +40,10 @@ class MTPDrafter(Drafter):
     def _context(self, seq: Sequence) -> MTPContext:
         if seq.seq_id not in self.contexts:
             hp = self.model.hparams
-            shape = (-(-self.max_model_len // self.block_size), self.block_size, hp.num_kv_heads, hp.head_dim)
-            self.contexts[seq.seq_id] = MTPContext(np.zeros(shape, np.float32), np.zeros(shape, np.float32),
+            kv_heads, key_dim, value_dim = self.model.kv_cache_layout()
+            blocks = (-(-self.max_model_len // self.block_size), self.block_size, kv_heads)
+            self.contexts[seq.seq_id] = MTPContext(np.zeros(blocks + (key_dim,), np.float32),
+                                                   np.zeros(blocks + (value_dim,), np.float32),
                                                    np.zeros((0, hp.hidden_size), np.float32))
         return self.contexts[seq.seq_id]
 
