@@ -5,12 +5,17 @@ sampling (temperature 0.7, no top-k/top-p/min-p, a seed each), through the engin
 
 Phases: schedule, prepare_inputs, forward, compute_logits, sample, postprocess, and stream (detokenisation and
 stop strings, what the EngineLoop does per output). Figures are the median over the steps of the calling thread's
-CPU time (steady on a loaded machine when --threads 1 runs all kernel work on it) and of the wall time.
+CPU time (steady on a loaded machine when --threads 1 runs all kernel work on it) and of the wall time. Under
+forward and compute_logits, the CPU time of each backend op (`linear` = the weight matmuls; `decode_layer` = one
+token's fused layer, matmuls and attention together), median per step; `glue` is the phase's rest (numpy
+arithmetic and Python between the ops).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import time
+from collections import defaultdict
 
 import pocketcli  # noqa: F401  first: it keeps numpy's OpenBLAS single-threaded, as in `pocket serve`
 import numba
@@ -24,6 +29,33 @@ from pocketcli.registry import resolve_model
 from pocketcli.sampling_params import SamplingParams
 
 PHASES = ("schedule", "prepare_inputs", "forward", "compute_logits", "sample", "postprocess", "stream")
+OP_PHASES = ("forward", "compute_logits")  # the phases whose backend ops are timed one by one
+
+
+class TimedOps:
+    """The model's ops module, with the calling thread's CPU time summed per op (since the last `take`)."""
+
+    def __init__(self, ops):
+        self._ops = ops
+        self.cpu_seconds: dict[str, float] = defaultdict(float)
+
+    def __getattr__(self, name: str):
+        value = getattr(self._ops, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+
+        @functools.wraps(value)
+        def timed(*args, **kwargs):
+            started = time.thread_time()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.cpu_seconds[name] += time.thread_time() - started
+        return timed
+
+    def take(self) -> dict[str, float]:
+        taken, self.cpu_seconds = dict(self.cpu_seconds), defaultdict(float)
+        return taken
 
 
 def server_params(seed: int, max_tokens: int, greedy: bool) -> SamplingParams:
@@ -32,8 +64,10 @@ def server_params(seed: int, max_tokens: int, greedy: bool) -> SamplingParams:
                           max_tokens=max_tokens, ignore_eos=True)
 
 
-def profile(engine: LLMEngine, num_seqs: int, num_steps: int, greedy: bool) -> dict[str, tuple[float, float]]:
-    """Phase -> (median CPU ms, median wall ms) per decode step of num_seqs sequences."""
+def profile(engine: LLMEngine, num_seqs: int, num_steps: int, greedy: bool
+            ) -> tuple[dict[str, tuple[float, float]], dict[str, dict[str, float]]]:
+    """(phase -> (median CPU ms, median wall ms), phase -> op -> median CPU ms) per decode step of num_seqs
+    sequences; the ops of OP_PHASES only."""
     seqs = [engine.add_request(engine.tokenizer.encode(f"Story number {i}: Once upon a time", add_special=True),
                                server_params(i, num_steps + 4, greedy)) for i in range(num_seqs)]
     streams = {seq.seq_id: RequestStream(engine, seq) for seq in seqs}
@@ -42,18 +76,30 @@ def profile(engine: LLMEngine, num_seqs: int, num_steps: int, greedy: bool) -> d
     engine.step()  # warm: one decode step
     cpu = {name: [] for name in PHASES}
     wall = {name: [] for name in PHASES}
+    op_cpu = {name: defaultdict(list) for name in OP_PHASES}
     for _ in range(num_steps):
-        marks = _step_marks(engine, streams)
+        marks, op_seconds = _step_marks(engine, streams)
         for name, (c0, w0), (c1, w1) in zip(PHASES, marks, marks[1:]):
             cpu[name].append(c1 - c0)
             wall[name].append(w1 - w0)
+        for name in OP_PHASES:
+            op_seconds[name]["glue"] = cpu[name][-1] - sum(op_seconds[name].values())
+            for op, seconds in op_seconds[name].items():
+                op_cpu[name][op].append(seconds)
     for seq in seqs:
         engine.abort(seq)
-    return {name: (1e3 * float(np.median(cpu[name])), 1e3 * float(np.median(wall[name]))) for name in PHASES}
+    phases = {name: (1e3 * float(np.median(cpu[name])), 1e3 * float(np.median(wall[name]))) for name in PHASES}
+    ops = {name: {op: 1e3 * float(np.median(values + [0.0] * (num_steps - len(values))))
+                  for op, values in op_cpu[name].items()} for name in OP_PHASES}
+    return phases, ops
 
 
-def _step_marks(engine: LLMEngine, streams: dict[int, RequestStream]) -> list[tuple[float, float]]:
-    """One engine step, phase by phase as LLMEngine.step and the EngineLoop run it: (CPU, wall) after each."""
+def _step_marks(engine: LLMEngine, streams: dict[int, RequestStream]
+                ) -> tuple[list[tuple[float, float]], dict[str, dict[str, float]]]:
+    """One engine step, phase by phase as LLMEngine.step and the EngineLoop run it: (CPU, wall) after each, and
+    the CPU seconds of each op in OP_PHASES."""
+    timed_ops: TimedOps = engine.model.ops
+    timed_ops.take()
     marks = [(time.thread_time(), time.perf_counter())]
     batch = engine.scheduler.schedule()
     marks.append((time.thread_time(), time.perf_counter()))
@@ -61,8 +107,10 @@ def _step_marks(engine: LLMEngine, streams: dict[int, RequestStream]) -> list[tu
     marks.append((time.thread_time(), time.perf_counter()))
     hidden = engine.model.forward(token_ids, positions, attn, engine.kv_cache.keys, engine.kv_cache.values)
     marks.append((time.thread_time(), time.perf_counter()))
+    op_seconds = {"forward": timed_ops.take()}
     logits = engine.model.compute_logits(hidden[logits_indices])
     marks.append((time.thread_time(), time.perf_counter()))
+    op_seconds["compute_logits"] = timed_ops.take()
     items = [item for item in batch.items if item.samples_token]
     sampled, _ = engine._sample_on_host(logits, items)
     marks.append((time.thread_time(), time.perf_counter()))
@@ -71,7 +119,7 @@ def _step_marks(engine: LLMEngine, streams: dict[int, RequestStream]) -> list[tu
     for item, token_id in zip(items, sampled):
         streams[item.seq.seq_id].process(StepOutput(item.seq.seq_id, [token_id], item.seq.finish_reason))
     marks.append((time.thread_time(), time.perf_counter()))
-    return marks
+    return marks, op_seconds
 
 
 def main() -> None:
@@ -85,13 +133,16 @@ def main() -> None:
     numba.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(model_path=resolve_model(args.model), ctx_size=512,
                                     max_num_seqs=max(args.num_seqs)))
+    engine.model.ops = TimedOps(engine.model.ops)
     for num_seqs in args.num_seqs:
-        figures = profile(engine, num_seqs, args.steps, args.greedy)
+        figures, op_figures = profile(engine, num_seqs, args.steps, args.greedy)
         total_cpu, total_wall = sum(c for c, _ in figures.values()), sum(w for _, w in figures.values())
         print(f"{num_seqs} seqs: step CPU {total_cpu:.2f} ms, wall {total_wall:.2f} ms "
               f"({num_seqs * 1e3 / total_wall:.1f} tok/s by wall)")
         for name, (cpu_ms, wall_ms) in figures.items():
             print(f"  {name:<15} CPU {cpu_ms:8.3f} ms  wall {wall_ms:8.3f} ms  ({cpu_ms / num_seqs:6.3f} CPU ms/seq)")
+            for op, op_ms in sorted(op_figures.get(name, {}).items(), key=lambda item: -item[1]):
+                print(f"    {op:<17} CPU {op_ms:8.3f} ms")
     print(f"threads {numba.get_num_threads()}")
 
 

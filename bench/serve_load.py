@@ -1,37 +1,77 @@
 """Load test for `pocket serve` with the official openai client.
 
 Aggregate decode tok/s and TTFT p50/p99 at several concurrencies, and the TTFT ratio of a request whose long
-prefix is already in the prefix cache. Starts an in-process server on loopback unless --base-url is given.
+prefix is already in the prefix cache. Unless --base-url is given, starts `pocket serve` on loopback in a child
+process (as users run it: the client's threads then do not share the server's GIL) and also prints the server
+process's CPU time per generated token.
 
     python bench/serve_load.py [--base-url http://127.0.0.1:8080/v1] [--concurrency 1 4 8 16] [--max-tokens 32]
+                               [--threads N]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+SERVER_START_SECONDS = 300  # a cold numba cache compiles the kernels first
 
 
-def start_local_server(ctx_size: int, max_num_seqs: int):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "server"))
-    from conftest import LiveServer, free_port
+def start_local_server(ctx_size: int, max_num_seqs: int, threads: int) -> tuple[str, subprocess.Popen]:
+    """`pocket serve` in a child process on a free loopback port, once /health answers 200: (base URL, process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-c", "import sys; from pocketcli.cli import main; sys.exit(main())", "serve",
+               "--port", str(port), "--ctx-size", str(ctx_size), "--max-num-seqs", str(max_num_seqs)]
+    if threads:
+        command += ["--threads", str(threads)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while not _is_healthy(port):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError("pocket serve did not start")
+        time.sleep(0.5)
+    _wait_until_idle(server.pid)
+    return f"http://127.0.0.1:{port}/v1", server
 
-    from pocketcli.config import EngineConfig
-    from pocketcli.engine.engine_loop import EngineLoop
-    from pocketcli.engine.llm_engine import LLMEngine
-    from pocketcli.registry import load_registry, resolve_model
-    from pocketcli.server import make_app
 
-    loop = EngineLoop(LLMEngine(EngineConfig(resolve_model(None), ctx_size=ctx_size,
-                                             max_num_seqs=max_num_seqs))).start()
-    name = load_registry().default
-    server = LiveServer(make_app(loop, name), free_port()).start()
-    return server.base_url + "/v1", name, server
+def _wait_until_idle(pid: int, idle_cpu_seconds: float = 0.05, timeout_seconds: float = 120) -> None:
+    """Until the server's start-up work that runs after /health answers (llguidance's view of the vocabulary, in a
+    background thread) has finished: it would otherwise take CPU from the first level measured."""
+    deadline = time.monotonic() + timeout_seconds
+    before = process_cpu_seconds(pid)
+    while before is not None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        after = process_cpu_seconds(pid)
+        if after is None or after - before < idle_cpu_seconds:
+            return
+        before = after
+
+
+def _is_healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc), None where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_stream(client, model, prompt, max_tokens, seed):
@@ -80,30 +120,46 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prefix-tokens", type=int, default=2000, help="shared prefix length (0 = skip)")
+    parser.add_argument("--threads", type=int, default=0, help="the local server's --threads (0: its default)")
     args = parser.parse_args()
     import openai
 
     server = None
     if args.base_url is None:
-        base_url, model, server = start_local_server(max(512, args.prefix_tokens + 256), max(args.concurrency))
+        base_url, server = start_local_server(max(512, args.prefix_tokens + 256), max(args.concurrency),
+                                              args.threads)
     else:
-        base_url, model = args.base_url, args.model
-    client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=600)
-    model = model or client.models.list().data[0].id
-    one_stream(client, model, "warm up", 2, 0)
-    base = None
-    for level in args.concurrency:
-        row = run_level(client, model, level, args.max_tokens)
-        base = base or row["agg_tok_s"]
-        print(f"concurrency {level:3d}: {row['agg_tok_s']:7.2f} tok/s aggregate ({row['agg_tok_s'] / base:4.1f}x), "
-              f"TTFT p50 {row['ttft_p50']:.2f} s, p99 {row['ttft_p99']:.2f} s", flush=True)
-    if args.prefix_tokens:
-        cold, warm = prefix_ratio(client, model, args.prefix_tokens)
-        print(f"shared {args.prefix_tokens}-token prefix: TTFT cold {cold:.2f} s, cached {warm:.2f} s, "
-              f"ratio {cold / warm:.1f}x", flush=True)
-    if server is not None:
-        server.stop()
+        base_url = args.base_url
+    try:
+        client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=600)
+        model = args.model or client.models.list().data[0].id
+        one_stream(client, model, "warm up", 2, 0)
+        base = None
+        for level in args.concurrency:
+            cpu_before = process_cpu_seconds(server.pid) if server else None
+            row = run_level(client, model, level, args.max_tokens)
+            base = base or row["agg_tok_s"]
+            print(f"concurrency {level:3d}: {row['agg_tok_s']:7.2f} tok/s aggregate "
+                  f"({row['agg_tok_s'] / base:4.1f}x), TTFT p50 {row['ttft_p50']:.2f} s, "
+                  f"p99 {row['ttft_p99']:.2f} s{_server_cpu(server, cpu_before, level * args.max_tokens)}",
+                  flush=True)
+        if args.prefix_tokens:
+            cold, warm = prefix_ratio(client, model, args.prefix_tokens)
+            print(f"shared {args.prefix_tokens}-token prefix: TTFT cold {cold:.2f} s, cached {warm:.2f} s, "
+                  f"ratio {cold / warm:.1f}x", flush=True)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
     return 0
+
+
+def _server_cpu(server: subprocess.Popen | None, cpu_before: float | None, num_tokens: int) -> str:
+    """', server CPU X ms/token' over a level (prompts included), or '' without a local server."""
+    cpu_after = process_cpu_seconds(server.pid) if server else None
+    if cpu_before is None or cpu_after is None:
+        return ""
+    return f", server CPU {1e3 * (cpu_after - cpu_before) / num_tokens:.1f} ms/token"
 
 
 if __name__ == "__main__":

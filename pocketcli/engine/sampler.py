@@ -235,17 +235,53 @@ def recent_token_ids(history_token_ids: list[int], params: SamplingParams) -> np
     return np.asarray(recent, dtype=np.int64)
 
 
+def keeps_whole_vocabulary(params: SamplingParams, vocab_size: int) -> bool:
+    """No top-k, top-p or min-p cut: every token keeps a chance (the OpenAI defaults, temperature > 0)."""
+    return (params.top_k <= 0 or params.top_k >= vocab_size) and params.top_p >= 1.0 and params.min_p <= 0.0
+
+
 DRAW_BLOCK = 1024  # a draw sums blocks of this many weights (vectorised) rather than run one sum over them all
+VOCAB_CHUNK = 64 * DRAW_BLOCK  # whole-vocabulary weights are made this many at a time, in a buffer kept in cache
+
+
+def draw_whole_vocabulary(logits: np.ndarray, temperature: float, u: float, scratch: VocabScratch) -> int:
+    """inverse_cdf_index of candidate_weights' probabilities for a row that keeps_whole_vocabulary, from
+    exp((logits - max) / temperature) unnormalised (u scales their total instead), made one cache-sized chunk at
+    a time and never stored whole: only the block sums are kept, and the drawn block's weights are made again
+    (the same values). Two reads of the logits instead of some twelve vocabulary-sized float64 passes."""
+    inverse_temperature = 1.0 / temperature  # a multiply for the division: the same values up to rounding
+    shift = float(np.max(logits)) * inverse_temperature  # the largest weight is exp(0) = 1 exactly
+
+    def weights_of(first: int, stop: int) -> np.ndarray:
+        weights = scratch.copy_of("chunk", logits[first:stop], np.float64)  # a casting subtract costs 1.5x more
+        if inverse_temperature != 1.0:
+            weights *= inverse_temperature
+        weights -= shift
+        return np.exp(weights, out=weights)
+
+    block_sums = np.concatenate([_block_sums(weights_of(first, first + VOCAB_CHUNK))
+                                 for first in range(0, logits.size, VOCAB_CHUNK)])
+    return _inverse_cdf(block_sums, lambda first: weights_of(first, first + DRAW_BLOCK), u)
 
 
 def inverse_cdf_index(weights: np.ndarray, u: float) -> int:
     """The first index whose running sum of float64 weights exceeds u * their total, u in [0, 1): the inverse-CDF
     draw of Generator.choice(p=weights) for the same u (equal up to rounding, and a zero weight is never picked),
     found from block sums and one block's running sum instead of a running sum over the whole vocabulary."""
+    return _inverse_cdf(_block_sums(weights), lambda first: weights[first:first + DRAW_BLOCK], u)
+
+
+def _block_sums(weights: np.ndarray) -> np.ndarray:
+    """The sum of each DRAW_BLOCK weights (the last block may be shorter)."""
     num_full = weights.size // DRAW_BLOCK
     block_sums = weights[:num_full * DRAW_BLOCK].reshape(num_full, DRAW_BLOCK).sum(axis=1)
     if num_full * DRAW_BLOCK < weights.size:
         block_sums = np.append(block_sums, weights[num_full * DRAW_BLOCK:].sum())
+    return block_sums
+
+
+def _inverse_cdf(block_sums: np.ndarray, block_weights, u: float) -> int:
+    """inverse_cdf_index from the block sums and `block_weights(first index)`: one block's weights."""
     block_ends = np.cumsum(block_sums)
     if not block_ends[-1] > 0:  # NaN logits, or a grammar that leaves no token: never a silent pick
         raise ValueError("no token can be sampled: the probabilities are NaN or all zero")
@@ -254,7 +290,7 @@ def inverse_cdf_index(weights: np.ndarray, u: float) -> int:
     if block == block_sums.size:  # u * total rounded up to the total
         block = int(np.flatnonzero(block_sums)[-1])
     start = block * DRAW_BLOCK
-    in_block = weights[start:start + DRAW_BLOCK]
+    in_block = block_weights(start)
     mass_before = block_ends[block - 1] if block else 0.0
     index = int(np.cumsum(in_block).searchsorted(target - mass_before, side="right"))
     if index == in_block.size:  # the block's own running sum rounded below its pairwise sum
@@ -278,6 +314,9 @@ class Sampler:
                                       out=self._scratch.get("penalized", logits.size))
         if params.is_greedy:
             return int(np.argmax(logits))
+        if keeps_whole_vocabulary(params, logits.size):
+            return draw_whole_vocabulary(logits, params.temperature, self._rng(seq_id, params).random(),
+                                         self._scratch)
         ids, probs = candidate_weights(logits, params, self._scratch)
         index = self.draw(probs, params, seq_id)
         return index if ids is None else int(ids[index])

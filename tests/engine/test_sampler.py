@@ -170,3 +170,26 @@ def test_inverse_cdf_index_at_the_ends():
     for bad in (np.zeros(3000), np.full(3000, np.nan)):
         with pytest.raises(ValueError, match="no token can be sampled"):
             inverse_cdf_index(bad, 0.5)
+
+
+@pytest.mark.parametrize("temperature, vocab_size", [(0.7, 262144), (1.0, 151937)])  # Gemma's; a partial block
+def test_whole_vocabulary_draw_is_candidate_weights_draw(temperature, vocab_size):
+    """The OpenAI defaults (no top-k/top-p/min-p) draw from unnormalised weights made a chunk at a time: the same
+    tokens as the normalised whole-vocabulary probabilities for the same u, seeded draws included, and never a
+    token a grammar masked with -inf."""
+    from pocketcli.engine.sampler import (VocabScratch, candidate_weights, draw_whole_vocabulary,
+                                          inverse_cdf_index, keeps_whole_vocabulary)
+
+    params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=21)
+    assert keeps_whole_vocabulary(params, vocab_size)
+    assert not keeps_whole_vocabulary(SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0), vocab_size)
+    data, sampler, reference_rng = np.random.default_rng(4), Sampler(), np.random.default_rng(21)
+    for _ in range(20):
+        logits = (4 * data.standard_normal(vocab_size)).astype(np.float32)
+        logits[::7] = -np.inf
+        ids, probs = candidate_weights(logits, params)
+        token = sampler.sample(logits, params, 3, [])
+        assert ids is None and token == inverse_cdf_index(probs, reference_rng.random())
+        assert np.isfinite(logits[token])
+        for u in data.random(10):
+            assert draw_whole_vocabulary(logits, temperature, u, VocabScratch()) == inverse_cdf_index(probs, u)
