@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.amx_matvec import amx_matvec_into, uses_amx
 from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, TOKENS_PER_PASS, q4_0_dot4,
                                         q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
                                         q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations_into)
@@ -80,6 +81,9 @@ def int8_matvec_into(code, data, x, out):
     lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
     block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
     quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    if uses_amx(code):  # AMX tiles where the CPU has them: the same for every n, like the dots below
+        amx_matvec_into(data, quants, scales, out)
+        return
     x8 = (quants, scales, lane_sums, block_sums)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
