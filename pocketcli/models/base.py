@@ -92,6 +92,7 @@ class DecoderModel:
     activation = "silu"  # "silu" or "gelu" (tanh approximation), applied to the gate projection
     # hidden-state taps for drafters (DFlash, MTP): forward keeps each listed layer's output in tapped_hidden
     tap_layer_ids: frozenset[int] = frozenset()
+    keep_taps_on_device = False  # a drafter computing on the device backend (MTP) reads the taps there
 
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
         self.hparams = hparams
@@ -161,8 +162,10 @@ class DecoderModel:
             else:
                 x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
             if layer_id in self.tap_layer_ids:
-                # drafters read it with numpy; the fused path goes on updating x in place
-                self.tapped_hidden[layer_id] = x.copy() if plans is not None else self._to_host(x)
+                # drafters read it with numpy (or where a device layer left it: a new array, never updated after);
+                # the fused path goes on updating x in place
+                self.tapped_hidden[layer_id] = (x.copy() if plans is not None else x if self.keep_taps_on_device
+                                                else self._to_host(x))
         return self._to_host(x)
 
     def _decode_plans(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata) -> list | None:
@@ -282,6 +285,9 @@ class DecoderModel:
         if self._on_device:
             return self.ops.split_columns(y, widths)
         return np.split(y, np.cumsum(widths)[:-1], axis=1)
+
+    def _concat_columns(self, parts: list):
+        return self.ops.concat_columns(parts) if self._on_device else np.concatenate(parts, axis=1)
 
     def _contiguous(self, x):
         return x if self._on_device else np.ascontiguousarray(x)

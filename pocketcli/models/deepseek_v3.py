@@ -108,6 +108,7 @@ def route_sigmoid_grouped(logits: np.ndarray, bias: np.ndarray, cfg: RouterConfi
 
 class DeepseekV3Model(MTPModelMixin, DecoderModel):
     mtp_zero_embedding_at_position_0 = True
+    mtp_on_device = True
     # absorbed MLA: cache the normed latent and the rope key (kv_lora + rope floats a token, one shared "KV head")
     # and fold kv_b into the query (keys) and the output (values); False: K/V expanded per head as HF computes
     absorb_mla = True
@@ -231,9 +232,6 @@ class DeepseekV3Model(MTPModelMixin, DecoderModel):
                                 attn.context_lens, attn.query_start_loc, self.attention_scale())  # V: the entries
         o_latent, _ = self._split_columns(o.reshape(num_tokens * heads, lora + rope), (lora, rope))
         return ops.moe_linear(self._contiguous(o_latent), mla.v_b, head_ids)  # [T * H, v]
-
-    def _concat_columns(self, parts: list) -> np.ndarray:
-        return self.ops.concat_columns(parts) if self._on_device else np.concatenate(parts, axis=1)
 
     def _expanded_attention(self, mla: MLAWeights, q: np.ndarray, latent: np.ndarray, k_pe: np.ndarray,
                             positions: np.ndarray, attn: AttnMetadata, k_cache: np.ndarray,

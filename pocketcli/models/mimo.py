@@ -20,6 +20,7 @@ from .qwen2 import Qwen2Model
 class MiMoModel(MTPModelMixin, Qwen2Model):
     mtp_hidden_first = True  # input_proj(cat[hidden_layernorm(h), token_layernorm(e)]) (vLLM, SGLang mimo_mtp)
     mtp_zero_embedding_at_position_0 = True
+    mtp_on_device = True
 
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
         super().__init__(model_file, hparams, ops)

@@ -8,6 +8,9 @@ to the next draft step. Families differ only in two details, set as class attrib
 * MiMo (`model.mtp_layers.*`): [hidden, embedding] order, and the embedding at position 0 is zeroed (vLLM and
   SGLang's mimo_mtp: "masking inputs at position 0, as not needed by MTP");
 * DeepSeek-V3 (`nextn`, model.layers.{num_hidden_layers}.*): [embedding, hidden], position 0 zeroed too.
+On a device backend (cuda) the step stays there: concatenation and zeroing are the backend's ops (eh_proj stays
+one linear over [.|.], so any quant type the backend's linear takes works), and its logits and hidden come back
+as device arrays (the drafter reads only the argmax).
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ class MTPModelMixin:
 
     mtp_hidden_first = False  # concatenation order fed to eh_proj: [hidden, embedding] instead of [embedding, hidden]
     mtp_zero_embedding_at_position_0 = False
-    mtp_on_device = False  # mtp_forward computes on the host (numpy K/V caches of the drafter)
+    mtp_on_device = False  # a family sets True once its mtp_forward runs on cuda (tests/cuda/sim/test_cuda_mtp)
     num_main_layers: int
 
     def _split_mtp_layers(self, model_file: GGUFFile, num_mtp_layers: int) -> None:
@@ -57,17 +60,26 @@ class MTPModelMixin:
         return MTPWeights(eh_proj=self._tensor(f, f"blk.{i}.nextn.eh_proj.weight"), enorm=vector("enorm"),
                           hnorm=vector("hnorm"), shared_head_norm=norm, layer=layer, layer_id=i)
 
-    def mtp_forward(self, mtp: MTPWeights, token_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray,
-                    attn: AttnMetadata, k_cache: np.ndarray, v_cache: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mtp_forward(self, mtp: MTPWeights, token_ids: np.ndarray, hidden, positions: np.ndarray,
+                    attn: AttnMetadata, k_cache, v_cache) -> tuple:
         """One MTP step per row: token t_{p+1} and hidden H_p (post final norm) at position p -> (logits of
-        t_{p+2} [n, vocab], the MTP's post-norm hidden [n, D], fed to the next draft step)."""
+        t_{p+2} [n, vocab], the MTP's post-norm hidden [n, D], fed to the next draft step); host positions and
+        attn (uploaded here on a device backend), hidden and caches where the backend computes."""
         ops, eps = self.ops, self.hparams.rms_norm_eps
         embedded = ops.embedding(token_ids, self.token_embedding)  # [n, D]
         if self.mtp_zero_embedding_at_position_0:
-            embedded[np.asarray(positions) == 0] = 0.0
+            self._zero_rows(embedded, np.flatnonzero(np.asarray(positions) == 0))
         e = ops.rms_norm(embedded, mtp.enorm, eps)
-        h = ops.rms_norm(np.ascontiguousarray(hidden, dtype=np.float32), mtp.hnorm, eps)
-        x = ops.linear(np.concatenate([h, e] if self.mtp_hidden_first else [e, h], axis=1), mtp.eh_proj)
+        h = ops.rms_norm(hidden if self._on_device else np.ascontiguousarray(hidden, dtype=np.float32), mtp.hnorm, eps)
+        x = ops.linear(self._concat_columns([h, e] if self.mtp_hidden_first else [e, h]), mtp.eh_proj)
+        positions, attn = self._backend_inputs(positions, attn)
         x = self._layer_forward(mtp.layer_id, mtp.layer, x, positions, attn, k_cache, v_cache)
         out = ops.rms_norm(x, mtp.shared_head_norm, eps)
         return ops.linear(out, self.lm_head), out
+
+    def _zero_rows(self, x, rows: np.ndarray) -> None:
+        if not self._on_device:
+            x[rows] = 0.0
+            return
+        for row in rows:  # a row of a C-contiguous [n, D] array is contiguous: a memset each
+            self.ops.fill_zeros(x[int(row):int(row) + 1])

@@ -81,6 +81,8 @@ class HybridLayerWeights:
 
 
 class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mtp_forward): models/mtp_block.py
+    mtp_on_device = True
+
     def __init__(self, model_file: GGUFFile, hparams: ModelHParams, ops: Any):
         super().__init__(model_file, hparams, ops)
         self._split_mtp_layers(model_file, int(hparams.extra.get("nextn_predict_layers", 0)))
@@ -247,9 +249,6 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
         num_tokens = y.shape[0]
         parts = self._split_columns(y.reshape(num_tokens * num_groups, sum(widths)), widths)
         return [self._contiguous(p).reshape(num_tokens, num_groups * width) for p, width in zip(parts, widths)]
-
-    def _concat_columns(self, parts: list):
-        return self.ops.concat_columns(parts) if self._on_device else np.concatenate(parts, axis=1)
 
     def _concat_rows(self, parts: list):
         return self.ops.concat_rows(parts) if self._on_device else np.concatenate(parts)

@@ -184,9 +184,9 @@ def test_slots_follow_sequences(model_dirs):
     assert pool.slot_of(seqs[3].seq_id) == slot and not pool.ssm[0][slot].any()  # recomputed from zero
 
 
-def add_mtp_weights(source, target):
-    """A copy of a saved tiny Qwen3.5 with mtp.* tensors (which transformers ignores): one MTP block shaped like
-    the full-attention layer 3, random projection and norms."""
+def add_mtp_weights(source, target, d: int = 64, full_layer: int = 3):
+    """A copy of a saved tiny Qwen3.5 (hidden size d) with mtp.* tensors (which transformers ignores): one MTP block
+    shaped like the full-attention layer `full_layer`, random projection and norms."""
     import shutil
 
     from safetensors.numpy import load_file, save_file
@@ -194,7 +194,7 @@ def add_mtp_weights(source, target):
     shutil.copytree(source, target)
     tensors = load_file(str(target / "model.safetensors"))
     rng = np.random.default_rng(3)
-    d, full = 64, "model.layers.3."
+    full = f"model.layers.{full_layer}."
     tensors.update({name.replace(full, "mtp.layers.0."): array + rng.normal(0, 0.05, array.shape).astype(np.float32)
                     for name, array in tensors.items() if name.startswith(full)})
     tensors.update({"mtp.fc.weight": rng.normal(0, (2 * d) ** -0.5, (d, 2 * d)).astype(np.float32),

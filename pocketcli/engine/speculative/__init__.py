@@ -39,9 +39,9 @@ def make_mtp_drafter(engine) -> Drafter:
     """The model's own MTP block (architectures that load one expose `mtp_layers` and `mtp_forward`)."""
     if not getattr(engine.model, "mtp_layers", None):
         raise SpeculationUnavailableError(mtp_unavailable_reason(engine))
-    if getattr(engine.model.ops, "ON_DEVICE", False) and not getattr(engine.model, "mtp_on_device", True):
+    if getattr(engine.model.ops, "ON_DEVICE", False) and not getattr(engine.model, "mtp_on_device", False):
         raise SpeculationUnavailableError(f"--spec mtp for {engine.hparams.arch} runs on the cpu backend only "
-                                          f"(use --device cpu)")
+                                          f"(its MTP step is not ported to {engine.config.backend}; use --device cpu)")
     from .mtp_drafter import MTPDrafter
 
     engine.block_manager.enable_prefix_caching = False  # the MTP needs the target hidden state of every position

@@ -5,7 +5,8 @@ the target's post-final-norm hidden state (specdecode_notes 1.3, 1.6); later ste
 back (1.7). The MTP block attends over its own K/V of every verified position, kept per sequence in a private
 paged cache (entry p pairs t_{p+1} with H_p at RoPE position p, vLLM's convention). Entries of drafted
 positions are overwritten by the next catch-up, which runs from the first position not yet paired with a
-verified target hidden state. Wire-up: `make_drafter` returns MTPDrafter(engine) for --spec mtp.
+verified target hidden state. On a device backend (cuda) that cache, the hidden states and the MTP's logits
+stay on the device: only one argmax a step comes back. Wire-up: `make_drafter` returns MTPDrafter(engine).
 """
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...models.attn_metadata import AttnMetadata
+from ..kv_cache import make_kv_cache
 from ..sequence import Sequence
 from .drafter import Draft, Drafter
 
 
 @dataclass
 class MTPContext:
-    keys: np.ndarray  # [num_blocks, block_size, KVH, hd]: the MTP block's K/V by position
-    values: np.ndarray
+    keys: np.ndarray  # [num_blocks, block_size, KVH, key width]: the MTP block's K/V by position (device or host)
+    values: np.ndarray  # [..., value width] (width 0: an MLA latent cache, the values read from the keys)
     hidden: np.ndarray  # [num_rows, D]: target hidden states (post final norm) of computed positions
     num_paired: int = 0  # positions 0..num_paired-1 hold K/V from verified (token, hidden) pairs
 
@@ -36,26 +38,32 @@ class MTPDrafter(Drafter):
         self.block_size = block_size
         self.tap_layer_ids = frozenset({self.model.num_main_layers - 1})
         self.contexts: dict[int, MTPContext] = {}
+        self.on_device = getattr(self.model.ops, "ON_DEVICE", False)  # cuda: cache, hidden, logits stay there
+        self.model.keep_taps_on_device = self.on_device  # and so do the target's hidden states
 
     def _context(self, seq: Sequence) -> MTPContext:
         if seq.seq_id not in self.contexts:
-            hp = self.model.hparams
-            kv_heads, key_dim, value_dim = self.model.kv_cache_layout()
-            blocks = (-(-self.max_model_len // self.block_size), self.block_size, kv_heads)
-            self.contexts[seq.seq_id] = MTPContext(np.zeros(blocks + (key_dim,), np.float32),
-                                                   np.zeros(blocks + (value_dim,), np.float32),
-                                                   np.zeros((0, hp.hidden_size), np.float32))
+            ops = self.model.ops
+            kv_heads, key_dim, value_dim = self.model.kv_cache_layout()  # the target's layout (MLA: a latent)
+            cache = make_kv_cache(1, -(-self.max_model_len // self.block_size), self.block_size, kv_heads, key_dim,
+                                  zeros=ops.zeros if self.on_device else np.zeros, value_dim=value_dim)
+            self.contexts[seq.seq_id] = MTPContext(cache.keys[0], cache.values[0],
+                                                   np.zeros((0, self.model.hparams.hidden_size), np.float32))
         return self.contexts[seq.seq_id]
 
     def observe(self, seq: Sequence, first_position: int, hidden_by_layer: dict[int, np.ndarray]) -> None:
         """Rows of drafted positions are kept too; only those below seq.num_cached_tokens are ever read."""
         ctx = self._context(seq)
-        if first_position > len(ctx.hidden):
+        if first_position > ctx.hidden.shape[0]:
             return  # a gap (never seen positions): propose() drafts nothing for this sequence
         (rows,) = hidden_by_layer.values()
-        normed = self.model.ops.rms_norm(np.ascontiguousarray(rows), self.model.output_norm,
-                                         self.model.hparams.rms_norm_eps)
-        ctx.hidden = np.concatenate([ctx.hidden[:first_position], normed])
+        rows = rows if self.on_device else np.ascontiguousarray(rows)  # device taps: see keep_taps_on_device
+        normed = self.model.ops.rms_norm(rows, self.model.output_norm, self.model.hparams.rms_norm_eps)
+        if not self.on_device:
+            ctx.hidden = np.concatenate([ctx.hidden[:first_position], normed])
+        else:  # device rows: no zero-row pieces (an empty upload)
+            ctx.hidden = normed if first_position == 0 else self.model.ops.concat_rows(
+                [ctx.hidden[:first_position], normed])
         ctx.num_paired = min(ctx.num_paired, first_position)
 
     def propose(self, seqs: list[Sequence], num_draft_tokens: list[int]) -> list[Draft]:
@@ -64,7 +72,7 @@ class MTPDrafter(Drafter):
     def _draft(self, seq: Sequence, k: int) -> Draft:
         ctx = self.contexts.get(seq.seq_id)
         num_verified = seq.num_cached_tokens  # the last token is not computed yet: H exists for 0..L-2
-        if k == 0 or ctx is None or len(ctx.hidden) < num_verified or ctx.num_paired >= num_verified:
+        if k == 0 or ctx is None or ctx.hidden.shape[0] < num_verified or ctx.num_paired >= num_verified:
             return Draft([])
         k = min(k, self.max_model_len - num_verified)
         first = ctx.num_paired  # catch up: pair every verified H_p with t_{p+1}
@@ -72,12 +80,20 @@ class MTPDrafter(Drafter):
         token_ids = np.asarray(seq.token_ids[first + 1:num_verified + 1], dtype=np.int64)
         logits, hidden = self._step(ctx, token_ids, ctx.hidden[first:num_verified], positions)
         ctx.num_paired = num_verified
-        drafts = [int(np.argmax(logits[-1]))]
+        drafts = [self._greedy_last(logits)]
         for i in range(1, k):  # later steps: the last draft and the MTP's own hidden, one position further
-            logits, hidden = self._step(ctx, np.asarray(drafts[-1:]), hidden[-1:],
+            last = hidden.shape[0] - 1
+            logits, hidden = self._step(ctx, np.asarray(drafts[-1:]), hidden[last:],
                                         np.asarray([num_verified - 1 + i]))
-            drafts.append(int(np.argmax(logits[-1])))
+            drafts.append(self._greedy_last(logits))
         return Draft(drafts)
+
+    def _greedy_last(self, logits) -> int:
+        """The last row's greedy token; on a device its argmax is taken there (one int comes back)."""
+        last = logits.shape[0] - 1
+        if self.on_device:
+            return int(self.model.ops.argmax(logits[last:])[0])
+        return int(np.argmax(logits[last]))
 
     def _step(self, ctx: MTPContext, token_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray):
         num_blocks = ctx.keys.shape[0]
