@@ -152,10 +152,12 @@ def batch_matvec_into(code, data, x, out, min_parallel_work):
     """
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    if threads > 1 and data.shape[0] * x.shape[1] >= min_parallel_work:
-        batch_parallel_into(code, data, x, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
-    else:
+    is_parallel = threads > 1 and data.shape[0] * x.shape[1] >= min_parallel_work
+    # one call with a runtime chunk count: a literal 1 would compile the whole kernel a second time
+    chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
+    if not is_parallel:
         set_pool_threads(1)
-        batch_parallel_into(code, data, x, out, 1)
+    batch_parallel_into(code, data, x, out, chunks)
+    if not is_parallel:
         set_pool_threads(threads)
 

@@ -104,11 +104,13 @@ def matvec_into(code, data, x, out):
     x_sums = block_sums(code, x)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    if threads > 1 and data.shape[0] * x.shape[1] >= PARALLEL_MIN_WORK:
-        matvec_parallel_into(code, data, x, x_sums, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
-    else:
+    is_parallel = threads > 1 and data.shape[0] * x.shape[1] >= PARALLEL_MIN_WORK
+    # one call with a runtime chunk count: a literal 1 would compile the whole kernel a second time
+    chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
+    if not is_parallel:
         set_pool_threads(1)
-        matvec_parallel_into(code, data, x, x_sums, out, 1)
+    matvec_parallel_into(code, data, x, x_sums, out, chunks)
+    if not is_parallel:
         set_pool_threads(threads)
 
 
