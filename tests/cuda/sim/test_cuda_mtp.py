@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
 from tests.hf import tiny_hf  # noqa: E402
-from tests.spec.test_spec_mimo_mtp import add_mimo_mtp_layer  # noqa: E402
+from tests.spec.spec_checkpoints import add_mimo_mtp_layer  # noqa: E402
 
 PROMPT = [1, 19, 10, 34]  # ids below the smaller vocabulary; two rounds, one draft accepted, two rejected
 NEW_TOKENS = 4
@@ -102,18 +102,12 @@ def test_deepseek_nextn_step_on_the_device_matches_the_host(tmp_path):
     """DeepSeek-V3's nextn block (absorbed MLA: a latent | rope-key cache, no values; the embedding zeroed at
     position 0 on the device). The whole speculative loop on the device is the one the MiMo test runs."""
     from tests.cuda.sim.test_cuda_deepseek_mla import smaller_deepseek_config
-    from tests.spec import test_spec_deepseek_mtp as deepseek
+    from tests.spec.spec_checkpoints import add_nextn_layer, save_tiny_deepseek
 
     config = smaller_deepseek_config()
     config.vocab_size, config.num_nextn_predict_layers = 64, 1  # 64 logits: two mat-vec blocks for the head
-    patch = pytest.MonkeyPatch()
-    patch.setattr(deepseek, "HIDDEN", config.hidden_size)
-    patch.setattr(deepseek, "LAYERS", config.num_hidden_layers)
-    try:
-        deepseek.save_tiny_deepseek(tmp_path / "dsv3", config)
-        path = deepseek.add_nextn_layer(tmp_path / "dsv3", tmp_path / "mtp")
-    finally:
-        patch.undo()
+    save_tiny_deepseek(tmp_path / "dsv3", config)
+    path = add_nextn_layer(tmp_path / "dsv3", tmp_path / "mtp")  # shaped from the saved config.json
     assert_catch_up_step_matches_the_host(path, config.hidden_size, (1, 16 + 8))
 
 
@@ -121,7 +115,7 @@ def test_qwen35_mtp_step_on_the_device_matches_the_host(tmp_path):
     """Qwen3.5's mtp.* block: gated attention with a partial rotary (a hybrid target: DeltaNet, then attention)."""
     from tests.cuda.sim.test_cuda_hybrid_model import smaller_hybrid_config
     from tests.hf import tiny_qwen_next_hf
-    from tests.hf.test_qwen35_hf import add_mtp_weights
+    from tests.spec.spec_checkpoints import add_qwen35_mtp_weights as add_mtp_weights
 
     patch = pytest.MonkeyPatch()
     patch.setattr(tiny_qwen_next_hf, "make_config", smaller_hybrid_config)

@@ -1,0 +1,35 @@
+"""bench/spec_fixtures.py end to end on CPU for the cheapest drafter (a draft model: the target quantized to Q4_0,
+which drafts every round): the row says the speculative output is the plain output and its counters add up."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "spec_fixtures.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("spec_fixtures", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["spec_fixtures"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_draft_model_row_is_lossless_and_counts_add_up(capsys):
+    (row,) = load_bench().main(["--drafters", "draft", "-n", "8", "-r", "1", "--spec-k", "3", "--json"])
+    assert json.loads(capsys.readouterr().out)["rows"] == [row]
+    assert row["identical_output"] is True and row["tokens"] == 8
+    assert 1 <= row["rounds"] <= row["decode_steps"] <= 7  # at most one round per decode step after the first token
+    assert row["rounds"] <= row["drafted"] <= 3 * row["rounds"] and 0 <= row["accepted"] <= row["drafted"]
+    assert 1.0 <= row["mean_accepted_length"] <= 4.0 and row["bonus_token_counted"] is True
+    assert row["acceptance_rate"] == round(row["accepted"] / row["drafted"], 4)
+    assert row["ms_per_spec_round"] > 0 and row["ms_per_plain_token"] > 0 and row["tok_s_ratio"] > 0
+
+
+def test_an_unknown_drafter_is_a_usage_error(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stop:
+        load_bench().main(["--drafters", "eagle"])
+    assert stop.value.code == 2 and "unknown drafters ['eagle']" in capsys.readouterr().err
