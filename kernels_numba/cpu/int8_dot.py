@@ -200,10 +200,6 @@ BLOCK_FORMATS = {"Q8_0": BlockFormat(34, 128, _unpack_q8_0), "Q5_0": BlockFormat
 SUPER_BLOCK_VALUES = 256  # K-quants: eight runs of 32 values share one super-block header
 
 
-def _byte(builder, pointer, offset):
-    return builder.zext(builder.load(builder.gep(pointer, [_I64(offset)])), _I32)
-
-
 def _q6_k_pairs(builder, block):
     """Q6_K super-block (ql[128] low 4 bits | qh[64] high 2 bits | 16 int8 scales | d f16): value d * sc * (q - 32),
     one scale per 16 values, so the 16 lanes of a pair of runs take 4 scales, 4 lanes each."""
