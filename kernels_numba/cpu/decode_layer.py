@@ -1,10 +1,13 @@
-"""One decoder layer for one token in a single njit call: the decode step's per-layer ops without Python between.
+"""One decoder layer for a batch of decode tokens in a single njit call: the decode step's per-layer ops without
+Python between. Each token is the next one of its own sequence (one query per sequence, at its last position).
 
 A decode step of Gemma 3 270M ran ~20 kernel calls per layer through Python (norms, three mat-vecs, q/k norms,
 two ropes, the KV store, attention, adds); each call cost 5-35 us of argument checks, typing and thread-count
 bookkeeping, several ms per token in all. This runs the same kernels (the same functions the unfused ops call,
 so the numbers agree with them to rounding) from compiled code: the mat-vecs still wake the thread pool, the
-small ops run on the calling thread.
+small ops run on the calling thread. A batch of n sequences (serve's decode steps) runs the same per-token code:
+the int8 mat-vecs give a token the same bits alone and in a batch, and norms, rope and attention work per row,
+so a sequence's tokens do not depend on which others share its step.
 
 `plan_decode_layer` gathers what does not change between tokens once per layer (a DecodeLayerPlan, or None
 when a weight has no fused dot: FP8, or F32 which linear sends to BLAS); `decode_layer` runs it. In the plan:
@@ -26,7 +29,7 @@ from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel
 from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matmul import matvec_into
+from kernels_numba.cpu.matmul import matvec_into, max_fused_tokens
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tokens_into
@@ -50,68 +53,76 @@ def _add_into(x, y):
 
 
 @njit(cache=True)
-def _attend(q, k_cache, v_cache, block_table, position, scale, sliding_window, softcap, out):
-    """Attention of one token's q: [1, heads, head_dim] at `position` over its sequence's cached keys."""
-    block_tables = block_table.reshape(1, block_table.size)
-    context_lens = np.full(1, position + 1, dtype=np.int32)
-    query_start_loc = np.array([0, 1], dtype=np.int32)
-    token_seq = np.zeros(1, dtype=np.int64)
-    keys_seen = position + 1 if sliding_window <= 0 else min(position + 1, sliding_window)
+def _attend(q, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, out):
+    """Attention of q: [n, heads, head_dim], token t the query of sequence t at positions[t], over its sequence's
+    cached keys (block_tables[t])."""
+    num_tokens = q.shape[0]
+    context_lens = np.empty(num_tokens, dtype=np.int32)
+    keys_seen = 0
+    for t in range(num_tokens):
+        context_lens[t] = positions[t] + 1
+        keys_seen += context_lens[t] if sliding_window <= 0 else min(context_lens[t], sliding_window)
+    query_start_loc = np.arange(num_tokens + 1).astype(np.int32)
+    token_seq = np.arange(num_tokens)
+    num_tasks = num_tokens * q.shape[1]
     threads = pool_threads()
     # the same work estimate and threshold as paged_attention's
     if threads > 1 and keys_seen * q.shape[1] * q.shape[2] * 2 >= PARALLEL_MIN_WORK:
         attend_tasks_parallel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                              sliding_window, softcap, out, max(1, min(q.shape[1], CHUNKS_PER_THREAD * threads)))
+                              sliding_window, softcap, out, max(1, min(num_tasks, CHUNKS_PER_THREAD * threads)))
     else:
         attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, 0, q.shape[1])
+                     sliding_window, softcap, out, 0, num_tasks)
 
 
 @njit(cache=True)
 def _project_heads(y, bias, norm, num_heads, head_dim, eps):
-    """y: [1, heads * head_dim] -> [1, heads, head_dim] (+ bias, per-head rms_norm), in place."""
-    for j in range(bias.size):
-        y[0, j] += bias[j]
-    heads = y.reshape(num_heads, head_dim)
+    """y: [n, heads * head_dim] -> [n, heads, head_dim] (+ bias, per-head rms_norm), in place."""
+    num_tokens = y.shape[0]
+    for t in range(num_tokens if bias.size else 0):
+        for j in range(bias.size):
+            y[t, j] += bias[j]
+    heads = y.reshape(num_tokens * num_heads, head_dim)
     _norm_rows_into(heads, norm, eps, heads)
-    return y.reshape(1, num_heads, head_dim)
+    return y.reshape(num_tokens, num_heads, head_dim)
 
 
 @njit(cache=True)
 def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
-                      activation, k_cache, v_cache, block_table, position, slot, scale, sliding_window, softcap):
-    """x: float32 [1, hidden] of one token at `position`, updated in place to the layer's output; its k/v go to
-    cache slot `slot`. activation: activation.SILU or GELU_TANH (gated by up)."""
+                      activation, k_cache, v_cache, block_tables, positions, slots, scale, sliding_window, softcap):
+    """x: float32 [n, hidden], token t at positions[t] of sequence t (block_tables[t]), updated in place to the
+    layer's output; its k/v go to cache slot slots[t]. activation: activation.SILU or GELU_TANH (gated by up)."""
+    num_tokens = x.shape[0]
     h = np.empty_like(x)
     _norm_rows_into(x, norms[ATTN_NORM], eps, h)
-    q = np.empty((1, mats[Q].shape[0]), dtype=np.float32)
-    k = np.empty((1, mats[K].shape[0]), dtype=np.float32)
-    v = np.empty((1, mats[V].shape[0]), dtype=np.float32)
+    q = np.empty((num_tokens, mats[Q].shape[0]), dtype=np.float32)
+    k = np.empty((num_tokens, mats[K].shape[0]), dtype=np.float32)
+    v = np.empty((num_tokens, mats[V].shape[0]), dtype=np.float32)
     matvec_into(codes[Q], mats[Q], h, q)
     matvec_into(codes[K], mats[K], h, k)
     matvec_into(codes[V], mats[V], h, v)
     q3 = _project_heads(q, biases[Q], norms[Q_NORM], num_heads, head_dim, eps)
     k3 = _project_heads(k, biases[K], norms[K_NORM], num_kv_heads, head_dim, eps)
     v3 = _project_heads(v, biases[V], np.empty(0, dtype=np.float32), num_kv_heads, head_dim, eps)
-    positions = np.full(1, position, dtype=np.int64)
-    rope_tokens_into(q3, positions, inv_freq, is_neox, q3, 0, 1)
-    rope_tokens_into(k3, positions, inv_freq, is_neox, k3, 0, 1)
-    store_kv_into(k3, v3, k_cache, v_cache, np.full(1, slot, dtype=np.int64))
+    rope_tokens_into(q3, positions, inv_freq, is_neox, q3, 0, num_tokens)
+    rope_tokens_into(k3, positions, inv_freq, is_neox, k3, 0, num_tokens)
+    store_kv_into(k3, v3, k_cache, v_cache, slots)
     attended = np.empty_like(q3)
-    _attend(q3, k_cache, v_cache, block_table, position, scale, sliding_window, softcap, attended)
+    _attend(q3, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, attended)
     o = np.empty_like(x)
-    matvec_into(codes[O], mats[O], attended.reshape(1, attended.size), o)
+    matvec_into(codes[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
     _norm_rows_into(o, norms[POST_ATTN_NORM], eps, o)
-    _add_into(x[0], o[0])
+    _add_into(x.reshape(x.size), o.reshape(o.size))
     _norm_rows_into(x, norms[FFN_NORM], eps, h)
-    gate = np.empty((1, mats[GATE].shape[0]), dtype=np.float32)
+    gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
     up = np.empty_like(gate)
     matvec_into(codes[GATE], mats[GATE], h, gate)
     matvec_into(codes[UP], mats[UP], h, up)
-    apply_range(activation, gate[0], up[0], np.float32(0.0), gate[0], 0, gate.shape[1])
+    flat_gate = gate.reshape(gate.size)
+    apply_range(activation, flat_gate, up.reshape(up.size), np.float32(0.0), flat_gate, 0, gate.size)
     matvec_into(codes[DOWN], mats[DOWN], gate, o)
     _norm_rows_into(o, norms[POST_FFW_NORM], eps, o)
-    _add_into(x[0], o[0])
+    _add_into(x.reshape(x.size), o.reshape(o.size))
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ class DecodeLayerPlan:
     scale: np.float32
     sliding_window: int
     softcap: np.float32
+    max_tokens: int  # the most decode tokens one call serves: the fused mat-vecs' limit over the layer's types
 
 
 _NONE = np.zeros(0, dtype=np.float32)
@@ -153,13 +165,14 @@ def plan_decode_layer(mats: tuple[WeightTensor, ...], norms: tuple[np.ndarray | 
         tuple(_vector(v) for v in norms), tuple(_vector(v) for v in biases),
         rope_inv_freq(head_dim, rope_theta, rope_freq_scale, rope_freq_factors), bool(is_neox), num_heads,
         num_kv_heads, head_dim, float(eps), GELU_TANH if activation == "gelu" else SILU, np.float32(scale),
-        int(sliding_window), np.float32(softcap))
+        int(sliding_window), np.float32(softcap), min(max_fused_tokens(qt.type_code_of(w)) for w in mats))
 
 
 def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_cache: np.ndarray,
-                 block_table: np.ndarray, position: int, slot: int) -> None:
-    """One token's layer, in place on x: float32 [1, hidden]; block_table: int32 [blocks] of its sequence."""
+                 block_tables: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
+    """The layer of n decode tokens, in place on x: float32 [n, hidden] (n <= plan.max_tokens), token t the next
+    of sequence t: block_tables int32 [n, blocks], positions and cache slots int64 [n]."""
     p = plan
     decode_layer_into(x, p.mats, p.codes, p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
-                      p.head_dim, p.eps, p.activation, k_cache, v_cache, block_table, position, slot, p.scale,
+                      p.head_dim, p.eps, p.activation, k_cache, v_cache, block_tables, positions, slots, p.scale,
                       p.sliding_window, p.softcap)

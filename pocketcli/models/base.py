@@ -155,10 +155,14 @@ class DecoderModel:
         positions, attn = self._backend_inputs(positions, attn)
         self.tapped_hidden: dict[int, np.ndarray] = {}  # layer id -> its output [T, D]
         plans = self._decode_plans(token_ids, positions, attn)
+        if plans is not None:
+            decode_inputs = (np.ascontiguousarray(attn.block_tables, dtype=np.int32),
+                             np.ascontiguousarray(positions, dtype=np.int64),
+                             np.ascontiguousarray(attn.slot_mapping, dtype=np.int64))
         for layer_id, layer in enumerate(self.layers):
-            if plans is not None:  # one token on the CPU: the whole layer in one compiled call, in place on x
+            if plans is not None:  # decode tokens on the CPU: the whole layer in one compiled call, in place on x
                 self.ops.decode_layer(x, plans[layer_id], kv_keys[layer_id], kv_values[layer_id],
-                                      attn.block_tables[0], int(positions[0]), int(attn.slot_mapping[0]))
+                                      decode_inputs[0], decode_inputs[1], decode_inputs[2])
             else:
                 x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
             if layer_id in self.tap_layer_ids:
@@ -169,14 +173,21 @@ class DecoderModel:
         return self._to_host(x)
 
     def _decode_plans(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata) -> list | None:
-        """The backend's per-layer decode plans when this forward is one token of one sequence (the last of its
-        context) on a backend that fuses layers (cpu) and the architecture keeps the shared layer (else None)."""
-        if (len(token_ids) != 1 or not hasattr(self.ops, "plan_decode_layer") or attn.slot_mapping[0] < 0
-                or attn.context_lens[0] != positions[0] + 1):
+        """The backend's per-layer decode plans when every token of this forward is the next one of its own
+        sequence (one query per sequence, at its last position, with a cache slot), on a backend that fuses layers
+        (cpu), for an architecture that keeps the shared layer, within the fused mat-vecs' token limit (else
+        None)."""
+        num_tokens = len(token_ids)
+        if (num_tokens == 0 or not hasattr(self.ops, "plan_decode_layer") or attn.num_seqs != num_tokens
+                or np.any(np.diff(attn.query_start_loc) != 1) or np.any(attn.slot_mapping < 0)
+                or np.any(attn.context_lens != positions + 1)):
             return None
         if "_decode_layer_plans" not in self.__dict__:
             self._decode_layer_plans = self._make_decode_plans()
-        return self._decode_layer_plans
+        plans = self._decode_layer_plans
+        if plans is None or num_tokens > min(plan.max_tokens for plan in plans):
+            return None
+        return plans
 
     _SHARED_LAYER_METHODS = ("_layer_forward", "_attention", "_feed_forward", "_project_heads", "_linear_groups")
 

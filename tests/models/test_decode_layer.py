@@ -75,3 +75,46 @@ def test_tapped_hidden_is_a_snapshot(tmp_path):
     decode_logits(engines[1], False, 2)
     np.testing.assert_allclose(engines[0].model.tapped_hidden[0], engines[1].model.tapped_hidden[0], atol=1e-5)
     assert not np.allclose(engines[0].model.tapped_hidden[0], engines[0].runner.last_hidden)
+
+
+PROMPTS = ([1, 40, 41, 42, 43, 44, 45], [1, 50, 51], [1, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69])
+
+
+def batch_decode_logits(engine: LLMEngine, fused: bool, prompts, num_steps: int) -> list[np.ndarray]:
+    """Greedy decode of every prompt in one batch; per sequence, its logits of every decode step [num_steps, vocab].
+    Only steps where all sequences decode together are recorded."""
+    if not fused:
+        engine.model._decode_layer_plans = None
+    seqs = [engine.add_request(list(p), SamplingParams(temperature=0, max_tokens=num_steps + 1, ignore_eos=True))
+            for p in prompts]
+    rows: dict[int, list[np.ndarray]] = {seq.seq_id: [] for seq in seqs}
+    while not all(seq.is_finished for seq in seqs):
+        batch = engine.scheduler.schedule()
+        logits = engine.runner.run(batch)
+        sampled = [item.seq for item in batch.items if item.samples_token]
+        if len(batch.items) == len(seqs) and all(item.num_new_tokens == 1 for item in batch.items):
+            for seq, row in zip(sampled, logits):
+                rows[seq.seq_id].append(row)
+        engine.scheduler.postprocess(batch, [int(row.argmax()) for row in logits])
+    return [np.stack(rows[seq.seq_id]) for seq in seqs]
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen2"])
+def test_fused_batched_decode_equals_op_by_op_and_each_sequence_alone(tmp_path, arch, monkeypatch):
+    """Three sequences at different positions (across KV blocks) in one fused call per layer: the op-by-op layer's
+    numbers, and each sequence's logits bit for bit those it gets decoded alone."""
+    import kernels_numba.cpu as cpu_ops
+    fused_batch_sizes = []
+    decode_layer = cpu_ops.decode_layer
+    monkeypatch.setattr(cpu_ops, "decode_layer", lambda x, *rest: fused_batch_sizes.append(len(x)) or
+                        decode_layer(x, *rest))
+    fused_engine = tiny_engine(tmp_path, arch, "Q8_0", max_num_seqs=4)
+    fused = batch_decode_logits(fused_engine, True, PROMPTS, 6)
+    assert fused_batch_sizes.count(len(PROMPTS)) >= 4 * fused_engine.model.hparams.num_layers
+    plain = batch_decode_logits(tiny_engine(tmp_path, arch, "Q8_0", max_num_seqs=4), False, PROMPTS, 6)
+    for fused_rows, plain_rows in zip(fused, plain):
+        assert fused_rows.shape[0] >= 4  # the sequences really decoded together
+        np.testing.assert_allclose(fused_rows, plain_rows, atol=1e-5, rtol=1e-5)
+    for prompt, batched_rows in zip(PROMPTS, fused):
+        alone = batch_decode_logits(tiny_engine(tmp_path, arch, "Q8_0"), True, [prompt], 6)[0]
+        np.testing.assert_array_equal(batched_rows, alone[-batched_rows.shape[0]:])
