@@ -10,9 +10,10 @@ from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.amx_matvec import amx_matvec_into, uses_amx
-from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, TOKENS_PER_PASS, q4_0_dot4,
-                                        q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
-                                        q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations_into)
+from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS,
+                                        lane_operands_into, q4_0_dot4, q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4,
+                                        q5_0_dot4x4, q6_k_dot4, q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4,
+                                        quantize_activations_into)
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 ROWS_PER_GROUP = 4
@@ -21,7 +22,7 @@ INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q6_K, qt.Q4_K)
 
 def _dispatch_on_type(q8_0, q5_0, q4_0, q6_k, q4_k):
     """A (code, data, ra..rd, x8, t, prefetch_bytes) -> dots function calling the given intrinsic of each type.
-    x8: the 8-bit activations (quants, scales, lane_sums, block_sums) of quantize_activations_into."""
+    x8: the 8-bit activations (quants, lane_scales, lane_starts, block_sums) of activation_operands."""
     @njit(inline="always")
     def dots(code, data, ra, rb, rc, rd, x8, t, prefetch_bytes):
         if code == qt.Q8_0:
@@ -72,6 +73,31 @@ def _parallel_into(code, data, x8, out, chunks):
         _groups_into(code, data, x8, out, first, stop)
 
 
+_Q8_0_ZERO, _Q5_0_ZERO, _Q4_0_ZERO, _Q6_K_ZERO, _Q4_K_ZERO = (ZERO_POINTS[name]
+                                                               for name in ("Q8_0", "Q5_0", "Q4_0", "Q6_K", "Q4_K"))
+
+
+@njit(cache=True, inline="always")
+def zero_point(code):
+    """The unsigned quants' offset of a type of INT8_CODES (the value is d * (q - zero point))."""
+    if code == qt.Q8_0:
+        return _Q8_0_ZERO
+    if code == qt.Q5_0:
+        return _Q5_0_ZERO
+    if code == qt.Q4_0:
+        return _Q4_0_ZERO
+    return _Q6_K_ZERO if code == qt.Q6_K else _Q4_K_ZERO
+
+
+@njit(cache=True)
+def activation_operands(code, quants, scales, lane_sums, block_sums):
+    """x8, what the dots of weight type `code` read: (quants, lane scales, lane starts, block sums)."""
+    lane_scales = np.empty(lane_sums.shape, dtype=np.float32)
+    lane_starts = np.empty_like(lane_sums)
+    lane_operands_into(scales, lane_sums, zero_point(code), lane_scales, lane_starts)
+    return quants, lane_scales, lane_starts, block_sums
+
+
 @njit(cache=True)
 def int8_matvec_into(code, data, x, out):
     """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k])."""
@@ -84,7 +110,7 @@ def int8_matvec_into(code, data, x, out):
     if uses_amx(code):  # AMX tiles where the CPU has them: the same for every n, like the dots below
         amx_matvec_into(data, quants, scales, out)
         return
-    x8 = (quants, scales, lane_sums, block_sums)
+    x8 = activation_operands(code, quants, scales, lane_sums, block_sums)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k >= PARALLEL_MIN_WORK:

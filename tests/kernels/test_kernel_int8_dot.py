@@ -22,6 +22,21 @@ def _quantized(x):
     return quants, scales, lane_sums, block_sums
 
 
+def _dot_operands(ggml_type, x):
+    """What the dots of ggml_type read for x: (quants, lane scales, lane starts, block sums)."""
+    from kernels_numba.cpu.int8_matvec import activation_operands
+    return activation_operands(getattr(quant_type, ggml_type.name), *_quantized(x))
+
+
+def test_lane_operands_spread_the_scales_and_start_at_minus_the_zero_point_times_the_lane_sums():
+    x = np.random.default_rng(9).standard_normal((2, 128)).astype(np.float32)
+    _, scales, lane_sums, _ = _quantized(x)
+    for ggml_type, zero_point in ((QT.Q8_0, 128), (QT.Q5_0, 16), (QT.Q4_0, 8), (QT.Q6_K, 32), (QT.Q4_K, 0)):
+        _, lane_scales, lane_starts, _ = _dot_operands(ggml_type, x)
+        np.testing.assert_array_equal(lane_scales, np.repeat(scales, 8, axis=1))
+        np.testing.assert_array_equal(lane_starts, -zero_point * lane_sums)
+
+
 def test_activation_quantization_matches_the_reference():
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((3, 256)) * rng.uniform(0.01, 100, (3, 256))).astype(np.float32)
@@ -97,11 +112,11 @@ def test_non_finite_activations_propagate():
 def _dots_with(dots, num_tokens):
     """An uncached njit mat-vec over num_tokens tokens with the given dots flavour (its assembly can be read)."""
     @njit
-    def matvec(data, quants, scales, lane_sums, block_sums, out):
+    def matvec(data, quants, lane_scales, lane_starts, block_sums, out):
         last = data.shape[0] - 1
         for r in range(0, data.shape[0], 4):
             rows = (r, min(r + 1, last), min(r + 2, last), min(r + 3, last))
-            values = dots(data, *rows, quants, scales, lane_sums, block_sums, 0, 0)
+            values = dots(data, *rows, quants, lane_scales, lane_starts, block_sums, 0, 0)
             for t in range(num_tokens):
                 for g in range(min(4, data.shape[0] - r)):
                     out[t, r + g] = values[4 * t + g]
@@ -115,7 +130,7 @@ def test_the_portable_lane_dot_gives_the_same_results(ggml_type, num_tokens):
     rng = np.random.default_rng(5)
     row_length = _row_length(ggml_type, 9)
     data = readonly_bytes(random_weight(ggml_type, (10, row_length), rng))
-    x8 = _quantized(rng.standard_normal((num_tokens, row_length)).astype(np.float32))
+    x8 = _dot_operands(ggml_type, rng.standard_normal((num_tokens, row_length)).astype(np.float32))
     portable, fast = (np.empty((num_tokens, 10), np.float32) for _ in range(2))
     _dots_with(PORTABLE_DOTS[ggml_type][num_tokens == 4], num_tokens)(data, *x8, portable)
     _dots_with(FAST_DOTS[ggml_type][num_tokens == 4], num_tokens)(data, *x8, fast)
@@ -127,7 +142,7 @@ def test_the_integer_dot_instruction_is_used_where_the_cpu_has_it(ggml_type):
     if not int8_dot.INT8_DOT_IS_FAST:
         pytest.skip("this CPU has no AVX512-VNNI")
     data = readonly_bytes(random_weight(ggml_type, (4, 256), np.random.default_rng(6)))
-    x8 = _quantized(np.ones((4, 256), np.float32))
+    x8 = _dot_operands(ggml_type, np.ones((4, 256), np.float32))
     for num_tokens, (fast_dots, portable_dots) in zip((1, 4), zip(FAST_DOTS[ggml_type], PORTABLE_DOTS[ggml_type])):
         fast, portable = _dots_with(fast_dots, num_tokens), _dots_with(portable_dots, num_tokens)
         for matvec in (fast, portable):
