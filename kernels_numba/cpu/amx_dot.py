@@ -21,7 +21,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.amx_tiles import TILE_SETS, void_function
-from kernels_numba.cpu.int8_dot import _half, _load, _prefetch
+from kernels_numba.cpu.vector_ir import load_half, load_vector, prefetch
 
 TILE_ROWS = 16
 TILE_TOKENS = (1, 2, 4, 8, 16)  # token counts of a pass (padded up): 16 lanes hold whole rows of sums
@@ -48,7 +48,7 @@ def _weight_scales(builder, blocks):
     """The 16 rows' f16 block scales as <16 x float>."""
     scales = ir.Constant(_FLOAT_LANES, ir.Undefined)
     for r, block in enumerate(blocks):
-        scales = builder.insert_element(scales, _half(builder, block), _I32(r))
+        scales = builder.insert_element(scales, load_half(builder, block), _I32(r))
     return scales
 
 
@@ -81,7 +81,7 @@ def _emit_group_dots(num_tokens, context, builder, signature, args):
         c_tile, a_tile, b_tile = tile_set
         block_start, blocks = row_blocks(block_index)
         for block in blocks:
-            _prefetch(builder, builder.gep(block, [prefetch_bytes]))
+            prefetch(builder, builder.gep(block, [prefetch_bytes]))
         builder.call(void_function(builder, "llvm.x86.tilezero", [_I8]), [_I8(c_tile)])
         builder.call(load, [_I8(a_tile), builder.gep(block_start, [_I64(2)]), row_bytes])
         builder.call(load, [_I8(b_tile), builder.gep(tiles_pointer, [builder.mul(block_index, tile_block_bytes)]),
@@ -95,13 +95,13 @@ def _emit_group_dots(num_tokens, context, builder, signature, args):
         block_sums = builder.gep(sums_pointer, [_I64(_VECTOR_BYTES * num_vectors * (c_tile // 3))])
         builder.call(void_function(builder, "llvm.x86.tilestored64", [_I8, _BYTE_POINTER, _I64]),
                      [_I8(c_tile), block_sums, token_bytes])
-        x_scales = _load(builder, builder.gep(scales_pointer, [builder.mul(block_index, _I64(_SCALE_ROW_BYTES))]),
+        x_scales = load_vector(builder, builder.gep(scales_pointer, [builder.mul(block_index, _I64(_SCALE_ROW_BYTES))]),
                          _FLOAT_LANES, align=4)
         token_scales = _pick(builder, x_scales, [i % num_tokens for i in range(16)])
         w_scales = _weight_scales(builder, row_blocks(block_index)[1])
         for j, accumulator in enumerate(accumulators):
             row_scales = _pick(builder, w_scales, [(16 * j + i) // num_tokens for i in range(16)])
-            lane_sums = _load(builder, builder.gep(block_sums, [_I64(_VECTOR_BYTES * j)]), _LANES, align=4)
+            lane_sums = load_vector(builder, builder.gep(block_sums, [_I64(_VECTOR_BYTES * j)]), _LANES, align=4)
             product = builder.fmul(builder.sitofp(lane_sums, _FLOAT_LANES), builder.fmul(row_scales, token_scales))
             builder.store(builder.fadd(builder.load(accumulator), product), accumulator)
 

@@ -11,7 +11,7 @@ integers, same result).
 vpdpbusd multiplies unsigned by signed bytes. The weight quants are made unsigned: Q5_0 and Q4_0 store q in
 0..31 / 0..15 for the value q - 16 / q - 8 already, Q8_0's signed bytes are flipped to w + 128 (an xor of the sign
 bit). The activation quants stay signed, and the lanes start from -zero_point * (the sum of the four activation
-quants of each lane, computed once per vector: `x_lane_sums`), so the lane totals are exactly sum(value * x).
+quants of each lane, computed once per call: `lane_starts`), so the lane totals are exactly sum(value * x).
 
 Software prefetch ~10 KiB ahead in the row stream doubled the single-core rate (24 -> 14 ms for the 178 MB
 Gemma 3 LM head; the hardware prefetcher alone kept too few lines in flight).
@@ -30,6 +30,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
+
+from kernels_numba.cpu.vector_ir import (broadcast_runs, concat, lane_total, load_half, load_vector, memory_barrier,
+                                         prefetch, row_pointer)
 
 BLOCK_VALUES = 32  # activation values per scale (and Q8_0 weight values per block)
 LANE_VALUES = 4  # activation quants summed into one int32 lane by vpdpbusd
@@ -75,61 +78,11 @@ def _dot_lanes_portable(builder, acc, unsigned_bytes, signed_bytes):
     return acc
 
 
-def _broadcast(builder, values, vector_type):
-    """A vector of vector_type whose lanes repeat `values` in equal runs: (a, b) -> a x 8, b x 8."""
-    vector = ir.Constant(vector_type, ir.Undefined)
-    for i, value in enumerate(values):
-        vector = builder.insert_element(vector, value, _I32(i))
-    run = vector_type.count // len(values)
-    mask = ir.Constant(ir.VectorType(_I32, vector_type.count), [i // run for i in range(vector_type.count)])
-    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), mask)
-
-
-def _concat(builder, first, second):
-    mask = ir.Constant(ir.VectorType(_I32, 2 * first.type.count), list(range(2 * first.type.count)))
-    return builder.shuffle_vector(first, second, mask)
-
-
-def _load(builder, pointer, vector_type, align=1):
-    return builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=align)
-
-
-def _prefetch(builder, pointer):
-    byte_pointer = _I8.as_pointer()
-    function = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-    builder.call(function, [pointer, _I32(0), _I32(3), _I32(1)])  # read, keep in all cache levels, data
-
-
-def _lane_total(builder, lanes):
-    """The 16 lanes' sum, as a tree (the same order for every call)."""
-    count = lanes.type.count
-    while count > 1:
-        count //= 2
-        low = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, count), list(range(count))))
-        high = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, count),
-                                                                list(range(count, 2 * count))))
-        lanes = builder.fadd(low, high)
-    return builder.extract_element(lanes, _I32(0))
-
-
-def _row_pointer(context, builder, array_type, array, row):
-    """A byte pointer to row `row` of a 2-D array (strides are in bytes)."""
-    ary = context.make_array(array_type)(context, builder, array)
-    data = builder.bitcast(ary.data, _I8.as_pointer())
-    return builder.gep(data, [builder.mul(row, builder.extract_value(ary.strides, 0))])
-
-
-def _half(builder, pointer, offset=0):
-    half_pointer = builder.bitcast(builder.gep(pointer, [_I64(offset)]), ir.HalfType().as_pointer())
-    return builder.fpext(builder.load(half_pointer, align=1), _F32)
-
-
 def _nibble_pair(builder, blocks, offset):
     """16 bytes of packed nibbles at `offset` in each block (one or two; a missing second block is zero) ->
     <64 x i8>: each block's low nibbles (values 0-15), then its high ones (16-31)."""
-    packed = [_load(builder, builder.gep(block, [_I64(offset)]), _BYTES16) for block in blocks]
-    packed = _concat(builder, packed[0], packed[1] if len(packed) == 2 else ir.Constant(_BYTES16, [0] * 16))
+    packed = [load_vector(builder, builder.gep(block, [_I64(offset)]), _BYTES16) for block in blocks]
+    packed = concat(builder, packed[0], packed[1] if len(packed) == 2 else ir.Constant(_BYTES16, [0] * 16))
     low = builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32))
     high = builder.lshr(packed, ir.Constant(_BYTES32, [4] * 32))
     order = [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]
@@ -138,8 +91,8 @@ def _nibble_pair(builder, blocks, offset):
 
 def _unpack_q8_0(builder, blocks):
     """d f16 | 32 int8: the quants + 128 as unsigned bytes (an xor of the sign bit)."""
-    quants = [_load(builder, builder.gep(block, [_I64(2)]), _BYTES32) for block in blocks]
-    quants = _concat(builder, quants[0], quants[1] if len(quants) == 2 else ir.Constant(_BYTES32, [0] * 32))
+    quants = [load_vector(builder, builder.gep(block, [_I64(2)]), _BYTES32) for block in blocks]
+    quants = concat(builder, quants[0], quants[1] if len(quants) == 2 else ir.Constant(_BYTES32, [0] * 32))
     return builder.xor(quants, ir.Constant(_BYTES64, [0x80] * 64))
 
 
@@ -188,12 +141,12 @@ class BlockFormat:
     def pairs(self, builder, unit):
         """([the unit's WeightPair], None: no mins)."""
         second = builder.gep(unit, [_I64(self.block_bytes)])
-        scales = _broadcast(builder, (_half(builder, unit), _half(builder, second)), _FLOAT_LANES)
+        scales = broadcast_runs(builder, (load_half(builder, unit), load_half(builder, second)), _FLOAT_LANES)
         return [WeightPair(self.unpack(builder, [unit, second]), scales)], None
 
     def last_single_block(self, builder, block):
         """A row's odd last block as a pair whose second half is zero (quants and scale)."""
-        scales = _broadcast(builder, (_half(builder, block), _F32(0.0)), _FLOAT_LANES)
+        scales = broadcast_runs(builder, (load_half(builder, block), _F32(0.0)), _FLOAT_LANES)
         return [WeightPair(self.unpack(builder, [block]), scales)], None
 
 
@@ -207,15 +160,15 @@ SUPER_BLOCK_VALUES = 256  # K-quants: eight runs of 32 values share one super-bl
 def _q6_k_pairs(builder, block):
     """Q6_K super-block (ql[128] low 4 bits | qh[64] high 2 bits | 16 int8 scales | d f16): value d * sc * (q - 32),
     one scale per 16 values, so the 16 lanes of a pair of runs take 4 scales, 4 lanes each."""
-    d = _half(builder, block, 208)
-    scales = builder.sitofp(_load(builder, builder.gep(block, [_I64(192)]), _BYTES16), ir.VectorType(_F32, 16))
-    scales = builder.fmul(scales, _broadcast(builder, (d,), ir.VectorType(_F32, 16)))
+    d = load_half(builder, block, 208)
+    scales = builder.sitofp(load_vector(builder, builder.gep(block, [_I64(192)]), _BYTES16), ir.VectorType(_F32, 16))
+    scales = builder.fmul(scales, broadcast_runs(builder, (d,), ir.VectorType(_F32, 16)))
     low_mask, two_bits = ir.Constant(_BYTES32, [0x0F] * 32), ir.Constant(_BYTES32, [3] * 32)
     pairs = []
     for half in range(2):
-        low_first = _load(builder, builder.gep(block, [_I64(64 * half)]), _BYTES32)
-        low_second = _load(builder, builder.gep(block, [_I64(64 * half + 32)]), _BYTES32)
-        high = _load(builder, builder.gep(block, [_I64(128 + 32 * half)]), _BYTES32)
+        low_first = load_vector(builder, builder.gep(block, [_I64(64 * half)]), _BYTES32)
+        low_second = load_vector(builder, builder.gep(block, [_I64(64 * half + 32)]), _BYTES32)
+        high = load_vector(builder, builder.gep(block, [_I64(128 + 32 * half)]), _BYTES32)
         nibbles = (builder.and_(low_first, low_mask), builder.and_(low_second, low_mask),
                    builder.lshr(low_first, ir.Constant(_BYTES32, [4] * 32)),
                    builder.lshr(low_second, ir.Constant(_BYTES32, [4] * 32)))
@@ -227,7 +180,7 @@ def _q6_k_pairs(builder, block):
             first_scale = 8 * half + 2 * first_run
             lane_scales = builder.shuffle_vector(scales, ir.Constant(ir.VectorType(_F32, 16), ir.Undefined),
                                                  ir.Constant(_LANES, [first_scale + i // 4 for i in range(16)]))
-            pairs.append(WeightPair(_concat(builder, runs[first_run], runs[first_run + 1]), lane_scales))
+            pairs.append(WeightPair(concat(builder, runs[first_run], runs[first_run + 1]), lane_scales))
     return pairs, None
 
 
@@ -239,7 +192,7 @@ def _q4_k_scales_and_mins(builder, block):
     """The 8 runs' 6-bit scales and mins from the 12 packed bytes at offset 4 (ggml's get_scale_min_k4), as
     <8 x float>: runs 0-3 take the low 6 bits of bytes 4-7 (scales) and 8-11 (mins); runs 4-7 take a nibble of
     bytes 12-15 plus the top 2 bits of bytes 4-7 (scales) or 8-11 (mins) as bits 4-5."""
-    packed = _load(builder, block, _BYTES16)
+    packed = load_vector(builder, block, _BYTES16)
     bytes8 = ir.VectorType(_I8, 8)
     high_four = [0] * 4 + [0xFF] * 4
 
@@ -263,19 +216,19 @@ def _q4_k_pairs(builder, block):
     """Q4_K super-block (d f16 | dmin f16 | 12 bytes of 6-bit scales and mins | 128 bytes of nibbles: runs 2c and
     2c+1 in the low and high nibbles of chunk c, so one chunk is one pair): value d * sc * q - dmin * m.
     Returns (4 WeightPairs, the 8 runs' dmin * m)."""
-    d, d_min = _half(builder, block), _half(builder, block, 2)
+    d, d_min = load_half(builder, block), load_half(builder, block, 2)
     scales, mins = _q4_k_scales_and_mins(builder, block)
     to_float = ir.VectorType(_F32, 8)
-    scales = builder.fmul(scales, _broadcast(builder, (d,), to_float))
+    scales = builder.fmul(scales, broadcast_runs(builder, (d,), to_float))
     pairs = []
     for chunk in range(4):
-        packed = _load(builder, builder.gep(block, [_I64(16 + 32 * chunk)]), _BYTES32)
-        quants = _concat(builder, builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32)),
+        packed = load_vector(builder, builder.gep(block, [_I64(16 + 32 * chunk)]), _BYTES32)
+        quants = concat(builder, builder.and_(packed, ir.Constant(_BYTES32, [0x0F] * 32)),
                          builder.lshr(packed, ir.Constant(_BYTES32, [4] * 32)))
         lane_scales = builder.shuffle_vector(scales, scales,
                                              ir.Constant(_LANES, [2 * chunk + i // 8 for i in range(16)]))
         pairs.append(WeightPair(quants, lane_scales))
-    return pairs, builder.fmul(mins, _broadcast(builder, (d_min,), to_float))
+    return pairs, builder.fmul(mins, broadcast_runs(builder, (d_min,), to_float))
 
 
 @dataclass(frozen=True)
@@ -302,8 +255,8 @@ SUPER_BLOCK_FORMATS = {"Q6_K": SuperBlockFormat(210, 32, _q6_k_pairs, has_mins=F
 def _activation_pointers(context, builder, arg_types, arrays, token):
     """Pointers into token `token`'s rows of the 8-bit activations: (quants i8*, lane scales f32*, lane starts
     i32*, block sums f32*)."""
-    quants = _row_pointer(context, builder, arg_types[0], arrays[0], token)
-    others = [builder.bitcast(_row_pointer(context, builder, array_type, array, token), element.as_pointer())
+    quants = row_pointer(context, builder, arg_types[0], arrays[0], token)
+    others = [builder.bitcast(row_pointer(context, builder, array_type, array, token), element.as_pointer())
               for array_type, array, element in zip(arg_types[1:], arrays[1:], (_F32, _I32, _F32))]
     return (quants, *others)
 
@@ -327,28 +280,28 @@ def _x_pair(builder, x, first_block, has_zero_point, is_single=False):
     starts_pointer, scales_pointer = builder.gep(lane_starts, [first_lane]), builder.gep(lane_scales, [first_lane])
     float_lanes8 = ir.VectorType(_F32, 8)
     if not is_single:
-        values = _load(builder, values_pointer, _BYTES64)
-        starts = _load(builder, starts_pointer, _LANES, align=4) if has_zero_point else None
-        scales = _load(builder, scales_pointer, _FLOAT_LANES, align=4)
+        values = load_vector(builder, values_pointer, _BYTES64)
+        starts = load_vector(builder, starts_pointer, _LANES, align=4) if has_zero_point else None
+        scales = load_vector(builder, scales_pointer, _FLOAT_LANES, align=4)
     else:
-        values = _concat(builder, _load(builder, values_pointer, _BYTES32), ir.Constant(_BYTES32, [0] * 32))
-        starts = _concat(builder, _load(builder, starts_pointer, _LANES8, align=4),
+        values = concat(builder, load_vector(builder, values_pointer, _BYTES32), ir.Constant(_BYTES32, [0] * 32))
+        starts = concat(builder, load_vector(builder, starts_pointer, _LANES8, align=4),
                          ir.Constant(_LANES8, [0] * 8)) if has_zero_point else None
-        scales = _concat(builder, _load(builder, scales_pointer, float_lanes8, align=4),
+        scales = concat(builder, load_vector(builder, scales_pointer, float_lanes8, align=4),
                          ir.Constant(float_lanes8, [0.0] * 8))
     return ActivationPair(values, ir.Constant(_LANES, None) if starts is None else starts, scales)
 
 
 def _x_block_sums(builder, x, first_block):
     """The 8 block sums (scale * sum of quants) of one token's super-block, for the K-quants' mins."""
-    return _load(builder, builder.gep(x[3], [first_block]), ir.VectorType(_F32, 8), align=4)
+    return load_vector(builder, builder.gep(x[3], [first_block]), ir.VectorType(_F32, 8), align=4)
 
 
 def _dot_operands(context, builder, signature, args, num_tokens):
     """(row byte pointers, per-token activation pointers, number of x blocks, prefetch distance) of a dots call."""
     arg_types = signature.args
     data, rows, x_arrays, first_token, prefetch_bytes = args[0], args[1:5], args[5:9], args[9], args[10]
-    row_pointers = [_row_pointer(context, builder, arg_types[0], data, row) for row in rows]
+    row_pointers = [row_pointer(context, builder, arg_types[0], data, row) for row in rows]
     xs = [_activation_pointers(context, builder, arg_types[5:9], x_arrays, builder.add(first_token, _I64(t)))
           for t in range(num_tokens)]
     row_length = builder.extract_value(context.make_array(arg_types[5])(context, builder, x_arrays[0]).shape, 1)
@@ -361,12 +314,6 @@ def _accumulators(builder, num_rows, num_tokens, zero):
 
 def _accumulate(builder, accumulator, value):
     builder.store(builder.fadd(builder.load(accumulator), value, flags=["contract"]), accumulator)
-
-
-def _memory_barrier(builder):
-    """An empty asm that may touch any memory: loads after it are not merged with loads before it, so a value
-    read from memory again is not kept in a register across it (the loads fold into their users)."""
-    builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], side_effect=True)
 
 
 def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature, args):
@@ -387,7 +334,7 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
             for p, w in enumerate(weight_pairs):
                 # each (row, pair) loads the tokens' x operands anew, after a compiler memory barrier: loaded once
                 # and shared by the rows, they stayed in registers and pushed accumulators to the stack
-                _memory_barrier(builder)
+                memory_barrier(builder)
                 for t in range(num_tokens):
                     x = _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), weight_format.zero_point != 0,
                                 is_single)
@@ -401,7 +348,7 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
         with cgutils.for_range(builder, builder.udiv(num_blocks, _I64(blocks_per_unit))) as loop:
             def unit_weights(row_pointer):
                 unit = builder.gep(row_pointer, [builder.mul(loop.index, _I64(weight_format.unit_bytes))])
-                _prefetch(builder, builder.gep(unit, [prefetch_bytes]))
+                prefetch(builder, builder.gep(unit, [prefetch_bytes]))
                 return weight_format.pairs(builder, unit)
             accumulate_unit(rows, builder.mul(loop.index, _I64(blocks_per_unit)), unit_weights)
         if isinstance(weight_format, BlockFormat):
@@ -415,8 +362,8 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
     rows_per_loop = max(1, min(len(row_pointers), weight_format.accumulators_per_loop // num_tokens))
     for first_row in range(0, len(row_pointers), rows_per_loop):
         accumulate_rows(range(first_row, min(len(row_pointers), first_row + rows_per_loop)))
-    totals = [builder.fsub(_lane_total(builder, builder.load(accumulators[r][t])),
-                           _lane_total(builder, builder.load(min_totals[r][t])))
+    totals = [builder.fsub(lane_total(builder, builder.load(accumulators[r][t])),
+                           lane_total(builder, builder.load(min_totals[r][t])))
               for t in range(num_tokens) for r in range(len(row_pointers))]
     return context.make_tuple(builder, signature.return_type, totals)
 
