@@ -131,8 +131,10 @@ class BlockFormat:
     pairs_per_unit = 1
     # (row, token) accumulators in one loop over the rows: 4 rows x 4 tokens (16 of the 32 vector registers, next
     # to the 4 tokens' x operands) made LLVM spill accumulators; 2 rows a loop, x read twice from L1, is faster
-    # (Q5_0 2048x640, 4 tokens: 0.147 -> 0.137 ms). K-quants keep 16: their x operands are 4 pairs a unit.
+    # (Q5_0 2048x640, 4 tokens: 0.147 -> 0.137 ms)
     accumulators_per_loop = 8
+    # the unit's x operands (4 tokens x 1 pair: 12 vectors) are loaded once and shared by the rows
+    reloads_x = False
 
     @property
     def unit_bytes(self):
@@ -242,6 +244,10 @@ class SuperBlockFormat:
 
     pairs_per_unit = SUPER_BLOCK_VALUES // PAIR_VALUES
     accumulators_per_loop = 16
+    # 4 tokens x 4 pairs of x operands do not fit in registers next to 16 accumulators: each (row, pair) reloads
+    # its x from L1 behind a memory barrier, as memory operands (4x4 loop 753 -> 521 instructions, stack traffic
+    # 267 -> 43; Q6_K 640x2048, 8 tokens, 1.22x faster)
+    reloads_x = True
 
     @property
     def unit_bytes(self):
@@ -328,16 +334,19 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
     blocks_per_unit = 2 * weight_format.pairs_per_unit
 
     def accumulate_unit(rows, first_block, weights_of, is_single=False):
+        def x_pair(t, p):
+            return _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), weight_format.zero_point != 0,
+                           is_single)
+        shared_pairs = (None if weight_format.reloads_x else
+                        [[x_pair(t, p) for p in range(weight_format.pairs_per_unit)] for t in range(num_tokens)])
         x_sums = [_x_block_sums(builder, x, first_block) for x in xs] if weight_format.has_mins else None
         for r in rows:
             weight_pairs, min_factors = weights_of(row_pointers[r])
             for p, w in enumerate(weight_pairs):
-                # each (row, pair) loads the tokens' x operands anew, after a compiler memory barrier: loaded once
-                # and shared by the rows, they stayed in registers and pushed accumulators to the stack
-                memory_barrier(builder)
+                if weight_format.reloads_x:
+                    memory_barrier(builder)
                 for t in range(num_tokens):
-                    x = _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), weight_format.zero_point != 0,
-                                is_single)
+                    x = x_pair(t, p) if weight_format.reloads_x else shared_pairs[t][p]
                     lanes = builder.sitofp(dot_lanes(builder, x.start, w.quants, x.quants), _FLOAT_LANES)
                     scales = builder.fmul(w.lane_scales, x.lane_scales)
                     _accumulate(builder, accumulators[r][t], builder.fmul(lanes, scales, flags=["contract"]))
