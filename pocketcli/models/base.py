@@ -15,6 +15,7 @@ from gguf_loader import GGUFFile, ModelFileError, WeightTensor, make_weight_tens
 from gguf_loader.hparams import ModelHParams
 
 from .attn_metadata import AttnMetadata
+from .decode_split import DecodeSplit, split_decodes
 
 
 @dataclass(frozen=True)
@@ -154,40 +155,49 @@ class DecoderModel:
         kv_keys, kv_values = self._backend_caches(kv_keys), self._backend_caches(kv_values)
         positions, attn = self._backend_inputs(positions, attn)
         self.tapped_hidden: dict[int, np.ndarray] = {}  # layer id -> its output [T, D]
-        plans = self._decode_plans(token_ids, positions, attn)
-        if plans is not None:
-            decode_inputs = (np.ascontiguousarray(attn.block_tables, dtype=np.int32),
-                             np.ascontiguousarray(positions, dtype=np.int64),
-                             np.ascontiguousarray(attn.slot_mapping, dtype=np.int64))
+        plans, split = self._decode_plans(positions, attn)
+        if plans is not None:  # decode tokens on the CPU: each layer in one compiled call, the rest op by op
+            return self._split_forward(x, plans, split, kv_keys, kv_values)
         for layer_id, layer in enumerate(self.layers):
-            if plans is not None:  # decode tokens on the CPU: the whole layer in one compiled call, in place on x
-                self.ops.decode_layer(x, plans[layer_id], kv_keys[layer_id], kv_values[layer_id],
-                                      decode_inputs[0], decode_inputs[1], decode_inputs[2])
-            else:
-                x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
+            x = self._layer_forward(layer_id, layer, x, positions, attn, kv_keys[layer_id], kv_values[layer_id])
             if layer_id in self.tap_layer_ids:
-                # drafters read it with numpy (or where a device layer left it: a new array, never updated after);
-                # the fused path goes on updating x in place
-                self.tapped_hidden[layer_id] = (x.copy() if plans is not None else x if self.keep_taps_on_device
-                                                else self._to_host(x))
+                # drafters read it with numpy (or where a device layer left it: a new array, never updated after)
+                self.tapped_hidden[layer_id] = x if self.keep_taps_on_device else self._to_host(x)
         return self._to_host(x)
 
-    def _decode_plans(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata) -> list | None:
-        """The backend's per-layer decode plans when every token of this forward is the next one of its own
-        sequence (one query per sequence, at its last position, with a cache slot), on a backend that fuses layers
-        (cpu), for an architecture that keeps the shared layer, within the fused mat-vecs' token limit (else
-        None)."""
-        num_tokens = len(token_ids)
-        if (num_tokens == 0 or not hasattr(self.ops, "plan_decode_layer") or attn.num_seqs != num_tokens
-                or np.any(np.diff(attn.query_start_loc) != 1) or np.any(attn.slot_mapping < 0)
-                or np.any(attn.context_lens != positions + 1)):
-            return None
+    def _decode_plans(self, positions: np.ndarray, attn: AttnMetadata) -> tuple[list | None, DecodeSplit | None]:
+        """(the backend's per-layer decode plans, this batch's DecodeSplit) when the batch has decode tokens, the
+        backend fuses layers (cpu) and the architecture keeps the shared layer; else (None, None)."""
+        if not hasattr(self.ops, "plan_decode_layer") or not len(positions):
+            return None, None
         if "_decode_layer_plans" not in self.__dict__:
             self._decode_layer_plans = self._make_decode_plans()
         plans = self._decode_layer_plans
-        if plans is None or num_tokens > min(plan.max_tokens for plan in plans):
-            return None
-        return plans
+        split = None if plans is None else split_decodes(positions, attn, min(plan.max_tokens for plan in plans))
+        return (None, None) if split is None else (plans, split)
+
+    def _split_forward(self, x: np.ndarray, plans: list, split: DecodeSplit, kv_keys: list, kv_values: list):
+        """The layers with the decode tokens in the fused layer (in place on their rows) and the other tokens op
+        by op, then the rows put back in batch order."""
+        decode_x = np.ascontiguousarray(x[split.decode_tokens])
+        rest_x = x[split.rest_tokens] if split.rest_attn is not None else None
+        for layer_id, layer in enumerate(self.layers):
+            self.ops.decode_layer(decode_x, plans[layer_id], kv_keys[layer_id], kv_values[layer_id],
+                                  split.block_tables, split.positions, split.slots)
+            if rest_x is not None:
+                rest_x = self._layer_forward(layer_id, layer, rest_x, split.rest_positions, split.rest_attn,
+                                             kv_keys[layer_id], kv_values[layer_id])
+            if layer_id in self.tap_layer_ids:  # a snapshot: the fused layer goes on updating decode_x in place
+                self.tapped_hidden[layer_id] = self._merge_rows(x, split, decode_x, rest_x)
+        return self._merge_rows(x, split, decode_x, rest_x)
+
+    @staticmethod
+    def _merge_rows(x: np.ndarray, split: DecodeSplit, decode_x: np.ndarray, rest_x: np.ndarray | None):
+        merged = np.empty_like(x)
+        merged[split.decode_tokens] = decode_x
+        if rest_x is not None:
+            merged[split.rest_tokens] = rest_x
+        return merged
 
     _SHARED_LAYER_METHODS = ("_layer_forward", "_attention", "_feed_forward", "_project_heads", "_linear_groups")
 

@@ -118,3 +118,53 @@ def test_fused_batched_decode_equals_op_by_op_and_each_sequence_alone(tmp_path, 
     for prompt, batched_rows in zip(PROMPTS, fused):
         alone = batch_decode_logits(tiny_engine(tmp_path, arch, "Q8_0"), True, [prompt], 6)[0]
         np.testing.assert_array_equal(batched_rows, alone[-batched_rows.shape[0]:])
+
+
+def staggered_decode_logits(engine: LLMEngine, fused: bool, late_prompt, num_steps: int) -> dict[int, list]:
+    """Greedy decode of PROMPTS[:2]; after their second decode step late_prompt (if any) joins, so its prompt
+    shares a step with their decodes. Per request index, its logits rows in step order."""
+    if not fused:
+        engine.model._decode_layer_plans = None
+    params = SamplingParams(temperature=0, max_tokens=num_steps, ignore_eos=True)
+    seqs = [engine.add_request(list(p), params) for p in PROMPTS[:2]]
+    rows: dict[int, list] = {0: [], 1: [], 2: []}
+    steps = 0
+    while not all(seq.is_finished for seq in seqs):
+        if steps == 3 and late_prompt is not None:
+            seqs.append(engine.add_request(list(late_prompt), params))
+        batch = engine.scheduler.schedule()
+        logits = engine.runner.run(batch)
+        sampled = [item.seq for item in batch.items if item.samples_token]
+        for seq, row in zip(sampled, logits):
+            rows[[s.seq_id for s in seqs].index(seq.seq_id)].append(row)
+        engine.scheduler.postprocess(batch, [int(row.argmax()) for row in logits])
+        steps += 1
+    return rows
+
+
+def test_decodes_sharing_a_step_with_a_prompt_stay_fused_and_unchanged(tmp_path, monkeypatch):
+    """A prompt chunk joins two decoding sequences: their tokens still take the fused layer (the prompt goes op
+    by op in the same layer loop), keep the bits they get without the newcomer, and every row matches the
+    op-by-op forward."""
+    import kernels_numba.cpu as cpu_ops
+    fused_batch_sizes = []
+    decode_layer = cpu_ops.decode_layer
+    monkeypatch.setattr(cpu_ops, "decode_layer", lambda x, *rest: fused_batch_sizes.append(len(x)) or
+                        decode_layer(x, *rest))
+    late = PROMPTS[2]
+    engine = tiny_engine(tmp_path, "gemma3", "Q8_0", max_num_seqs=4)
+    op_by_op_calls = []
+    layer_forward = engine.model._layer_forward
+    monkeypatch.setattr(engine.model, "_layer_forward", lambda *args: op_by_op_calls.append(len(args[2])) or
+                        layer_forward(*args))
+    mixed = staggered_decode_logits(engine, True, late, 6)
+    num_layers = engine.model.hparams.num_layers
+    # op by op: the first two prompts (no decode yet), then, in one mixed step, only the newcomer's prompt
+    assert op_by_op_calls == [len(PROMPTS[0]) + len(PROMPTS[1])] * num_layers + [len(late)] * num_layers
+    assert fused_batch_sizes.count(3) >= 2 * num_layers  # then all three decoded fused
+    alone = staggered_decode_logits(tiny_engine(tmp_path, "gemma3", "Q8_0", max_num_seqs=4), True, None, 6)
+    for i in (0, 1):
+        np.testing.assert_array_equal(np.stack(mixed[i]), np.stack(alone[i]))
+    plain = staggered_decode_logits(tiny_engine(tmp_path, "gemma3", "Q8_0", max_num_seqs=4), False, late, 6)
+    for i in (0, 1, 2):
+        np.testing.assert_allclose(np.stack(mixed[i]), np.stack(plain[i]), atol=1e-5, rtol=1e-5)
