@@ -2,14 +2,17 @@
 
 Inputs may be numpy or device arrays; outputs are device arrays (`to_host` copies one back). Weights are
 uploaded once and stay quantized on the device. Under NUMBA_ENABLE_CUDASIM=1 the same kernels run in numba's
-simulator (warp shuffles supplied by sim_shuffle), which is how they are tested without a GPU.
+simulator (warp shuffles supplied by sim_shuffle, race-free shared arrays by sim_shared_memory), which is how
+they are tested without a GPU.
 """
 from numba import config as _numba_config
 
 if _numba_config.ENABLE_CUDASIM:
+    from kernels_numba.cuda.sim_shared_memory import install_locked_shared_arrays
     from kernels_numba.cuda.sim_shuffle import install_simulated_shuffles
 
     install_simulated_shuffles()
+    install_locked_shared_arrays()
 
 ON_DEVICE = True  # arrays stay on the GPU: the model routes its arithmetic between ops through add/scale/...
 

