@@ -21,6 +21,7 @@ class EngineConfig:
     draft_model_path: str | None = None  # --spec draft (same vocabulary) or --spec dflash (DFlash checkpoint)
     tp_size: int = 1  # tensor-parallel ranks (one process each; pocketcli/parallel)
     devices: tuple[int, ...] = ()  # CUDA ordinal of each rank (default 0..tp_size-1)
+    follow_free_cores: bool = False  # numba's thread count follows the cores other processes leave free (CLI default)
 
     def __post_init__(self):
         if self.ctx_size < 0:

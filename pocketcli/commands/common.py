@@ -18,7 +18,8 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
     parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
-    parser.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    parser.add_argument("-t", "--threads", type=int, default=0,
+                        help="CPU threads (default: the cores other processes leave free, re-checked as it runs)")
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
     add_device_argument(parser)
@@ -51,13 +52,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parallel_config(args: argparse.Namespace, backend: str) -> dict:
-    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count)."""
+    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count) and the default --threads
+    (0: follow the free cores)."""
     devices = _parse_devices(getattr(args, "devices", None))
     if devices and backend != "cuda":
         raise UsageError("--devices picks CUDA devices: it needs --device cuda (CPU ranks take no device list)")
     tp_size = getattr(args, "tp", None)
     tp_size = tp_size if tp_size is not None else len(devices) or 1
-    return {"tp_size": tp_size, "devices": devices}
+    return {"tp_size": tp_size, "devices": devices, "follow_free_cores": getattr(args, "threads", 1) == 0}
 
 
 def _parse_devices(text: str | None) -> tuple[int, ...]:
@@ -108,6 +110,8 @@ def warn_if_first_run(backend: str) -> None:
 
 
 def set_cpu_threads(num_threads: int) -> None:
+    """--threads N: exactly N (at most numba's pool); 0 leaves the pool's size, and the engine then follows the
+    cores other processes leave free (EngineConfig.follow_free_cores, kernels_numba.cpu.free_cores)."""
     if num_threads < 0:
         raise UsageError(f"--threads must be >= 0, got {num_threads}")
     if num_threads:

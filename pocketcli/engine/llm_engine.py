@@ -1,11 +1,13 @@
 """The engine: owns the model, KV cache, scheduler and sampler; `step()` advances every running sequence."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from gguf_loader import GGUFFile, UnsupportedModelError
 from gguf_loader.hparams import ModelHParams, read_hparams
 from kernels_numba import get_ops
+from kernels_numba.cpu.free_cores import FreeCoreThreads
 
 from ..config import EngineConfig
 from ..models import make_model, model_class_for
@@ -47,6 +49,9 @@ class LLMEngine:
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
         self.rank_group = self._start_rank_group(ops)  # None unless --tp > 1
+        # --tp ranks keep their fixed share of the cores
+        self.free_core_threads = (FreeCoreThreads(numba.config.NUMBA_NUM_THREADS)
+                                  if config.follow_free_cores and self.rank_group is None else None)
         self.model = self.rank_group.model if self.rank_group else make_model(self.model_file, self.hparams, ops)
         self.max_model_len = self._context_length()
         blocks_per_seq = -(-self.max_model_len // config.block_size)
@@ -127,6 +132,8 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        if self.free_core_threads is not None:
+            self.free_core_threads.adjust()
         if self.speculative is not None:
             return self.speculative.step(batch)
         sampling_items = [item for item in batch.items if item.samples_token]
@@ -149,9 +156,9 @@ class LLMEngine:
     def _sample_on_host(self, logits: np.ndarray, sampling_items) -> tuple[list[int], list]:
         """(token id, logprobs or None) per sampling row, from host logits with the full sampler."""
         sample_logits = self._apply_constraints(logits, sampling_items)
-        sampled = [self.sampler.sample(row, item.seq.params, item.seq.seq_id, item.seq.token_ids,
-                                       item.seq.num_prompt_tokens)
-                   for row, item in zip(sample_logits, sampling_items)]
+        seqs = [item.seq for item in sampling_items]
+        sampled = self.sampler.sample_rows(sample_logits, [seq.params for seq in seqs], [seq.seq_id for seq in seqs],
+                                           [seq.token_ids for seq in seqs], [seq.num_prompt_tokens for seq in seqs])
         logprobs = [self._logprobs(row, item.seq.params, token_id)
                     for row, item, token_id in zip(logits, sampling_items, sampled)]
         return sampled, logprobs

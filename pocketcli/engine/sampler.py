@@ -4,10 +4,14 @@ Order: logit bias -> repetition penalty -> presence/frequency penalties -> top-k
 
 The Sampler runs these filters on the fewest tokens that can survive them, in float64 buffers it reuses: a fresh
 vocabulary-sized temporary (1-2 MiB for 262k tokens) costs more in page faults than the arithmetic done on it.
+With no top-k/top-p/min-p cut (the OpenAI defaults) rows are drawn by kernels_numba.cpu.softmax_draw instead:
+float32 weights that are never stored whole, a batch's rows one per pool thread.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from kernels_numba.cpu.softmax_draw import NO_TOKEN, softmax_draw_rows
 
 from ..sampling_params import SamplingParams
 
@@ -241,27 +245,20 @@ def keeps_whole_vocabulary(params: SamplingParams, vocab_size: int) -> bool:
 
 
 DRAW_BLOCK = 1024  # a draw sums blocks of this many weights (vectorised) rather than run one sum over them all
-VOCAB_CHUNK = 64 * DRAW_BLOCK  # whole-vocabulary weights are made this many at a time, in a buffer kept in cache
 
 
-def draw_whole_vocabulary(logits: np.ndarray, temperature: float, u: float, scratch: VocabScratch) -> int:
+def draw_whole_vocabulary(logits: np.ndarray, temperature: float, u: float) -> int:
     """inverse_cdf_index of candidate_weights' probabilities for a row that keeps_whole_vocabulary, from
-    exp((logits - max) / temperature) unnormalised (u scales their total instead), made one cache-sized chunk at
-    a time and never stored whole: only the block sums are kept, and the drawn block's weights are made again
-    (the same values). Two reads of the logits instead of some twelve vocabulary-sized float64 passes."""
-    inverse_temperature = 1.0 / temperature  # a multiply for the division: the same values up to rounding
-    shift = float(np.max(logits)) * inverse_temperature  # the largest weight is exp(0) = 1 exactly
+    exp((logits - max) / temperature) unnormalised (u scales their total instead): softmax_draw_rows' kernel
+    on one row."""
+    return int(_checked_draws(softmax_draw_rows(logits.reshape(1, -1), np.zeros(1, dtype=np.int64),
+                                                np.array([1.0 / temperature]), np.array([u])))[0])
 
-    def weights_of(first: int, stop: int) -> np.ndarray:
-        weights = scratch.copy_of("chunk", logits[first:stop], np.float64)  # a casting subtract costs 1.5x more
-        if inverse_temperature != 1.0:
-            weights *= inverse_temperature
-        weights -= shift
-        return np.exp(weights, out=weights)
 
-    block_sums = np.concatenate([_block_sums(weights_of(first, first + VOCAB_CHUNK))
-                                 for first in range(0, logits.size, VOCAB_CHUNK)])
-    return _inverse_cdf(block_sums, lambda first: weights_of(first, first + DRAW_BLOCK), u)
+def _checked_draws(tokens: np.ndarray) -> np.ndarray:
+    if (tokens == NO_TOKEN).any():  # NaN logits, or a grammar that leaves no token: never a silent pick
+        raise ValueError("no token can be sampled: the probabilities are NaN or all zero")
+    return tokens
 
 
 def inverse_cdf_index(weights: np.ndarray, u: float) -> int:
@@ -315,11 +312,30 @@ class Sampler:
         if params.is_greedy:
             return int(np.argmax(logits))
         if keeps_whole_vocabulary(params, logits.size):
-            return draw_whole_vocabulary(logits, params.temperature, self._rng(seq_id, params).random(),
-                                         self._scratch)
+            return draw_whole_vocabulary(logits, params.temperature, self._rng(seq_id, params).random())
         ids, probs = candidate_weights(logits, params, self._scratch)
         index = self.draw(probs, params, seq_id)
         return index if ids is None else int(ids[index])
+
+    def sample_rows(self, logits: np.ndarray, params: list[SamplingParams], seq_ids: list[int],
+                    histories: list[list[int]], num_prompt_tokens: list[int | None]) -> list[int]:
+        """sample() for each row of logits [rows, vocab], row i for sequence seq_ids[i]. The rows that draw from
+        the whole vocabulary unpenalised (the OpenAI defaults) are drawn together, one row per pool thread: the
+        same tokens as sample() row by row, whatever the batch."""
+        tokens = [0] * len(params)
+        together = [not p.is_greedy and not p.has_penalties and keeps_whole_vocabulary(p, logits.shape[-1])
+                    for p in params]
+        for i in range(len(params)):
+            if not together[i]:
+                tokens[i] = self.sample(logits[i], params[i], seq_ids[i], histories[i], num_prompt_tokens[i])
+        batched = [i for i in range(len(params)) if together[i]]
+        if batched:
+            uniforms = np.array([self._rng(seq_ids[i], params[i]).random() for i in batched])
+            inverse_temperatures = np.array([1.0 / params[i].temperature for i in batched])
+            drawn = _checked_draws(softmax_draw_rows(logits, np.array(batched), inverse_temperatures, uniforms))
+            for i, token in zip(batched, drawn.tolist()):
+                tokens[i] = token
+        return tokens
 
     def draw(self, probs: np.ndarray, params: SamplingParams, seq_id: int) -> int:
         """An index into probs (zeros allowed, never drawn) from the sequence's own generator, which the device

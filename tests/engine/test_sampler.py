@@ -177,8 +177,8 @@ def test_whole_vocabulary_draw_is_candidate_weights_draw(temperature, vocab_size
     """The OpenAI defaults (no top-k/top-p/min-p) draw from unnormalised weights made a chunk at a time: the same
     tokens as the normalised whole-vocabulary probabilities for the same u, seeded draws included, and never a
     token a grammar masked with -inf."""
-    from pocketcli.engine.sampler import (VocabScratch, candidate_weights, draw_whole_vocabulary,
-                                          inverse_cdf_index, keeps_whole_vocabulary)
+    from pocketcli.engine.sampler import (candidate_weights, draw_whole_vocabulary, inverse_cdf_index,
+                                          keeps_whole_vocabulary)
 
     params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=21)
     assert keeps_whole_vocabulary(params, vocab_size)
@@ -192,4 +192,39 @@ def test_whole_vocabulary_draw_is_candidate_weights_draw(temperature, vocab_size
         assert ids is None and token == inverse_cdf_index(probs, reference_rng.random())
         assert np.isfinite(logits[token])
         for u in data.random(10):
-            assert draw_whole_vocabulary(logits, temperature, u, VocabScratch()) == inverse_cdf_index(probs, u)
+            assert draw_whole_vocabulary(logits, temperature, u) == inverse_cdf_index(probs, u)
+
+
+def _server_default_params(seed: int) -> SamplingParams:
+    return SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+
+
+def test_sample_rows_draws_each_row_as_sample_does_alone():
+    """A seed and a logits row give the same token sampled alone or inside a batch of 8, whatever the other rows'
+    params (greedy, top-k, penalties: drawn one by one) and whatever the pool's thread count."""
+    import numba
+
+    vocab_size, num_rows, num_steps = 262144, 8, 4
+    data = np.random.default_rng(8)
+    params = [_server_default_params(seed) for seed in range(num_rows)]
+    params[2] = SamplingParams(temperature=0.0)
+    params[5] = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, min_p=0.0, seed=5)
+    params[6] = SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0, seed=6, presence_penalty=0.5)
+    histories = [[1, 2, 3] for _ in range(num_rows)]
+    batched, alone = Sampler(), [Sampler() for _ in range(num_rows)]
+    for step in range(num_steps):
+        logits = (4 * data.standard_normal((num_rows, vocab_size))).astype(np.float32)
+        numba.set_num_threads(1 + step % numba.config.NUMBA_NUM_THREADS)
+        tokens = batched.sample_rows(logits, params, list(range(num_rows)), histories, [3] * num_rows)
+        expected = [alone[i].sample(logits[i], params[i], i, histories[i], 3) for i in range(num_rows)]
+        assert tokens == expected
+        assert len(set(tokens)) > num_rows // 2  # rows draw from their own logits and seeds, not a shared one
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+def test_sample_rows_refuses_a_row_with_no_token():
+    logits = np.zeros((3, 5000), dtype=np.float32)
+    logits[1, 17] = np.nan
+    params = [_server_default_params(seed) for seed in range(3)]
+    with pytest.raises(ValueError, match="no token can be sampled"):
+        Sampler().sample_rows(logits, params, [0, 1, 2], [[], [], []], [0, 0, 0])
