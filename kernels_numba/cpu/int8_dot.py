@@ -134,7 +134,7 @@ class BlockFormat:
     # (Q5_0 2048x640, 4 tokens: 0.147 -> 0.137 ms)
     accumulators_per_loop = 8
     # the unit's x operands (4 tokens x 1 pair: 12 vectors) are loaded once and shared by the rows
-    reloads_x = False
+    reloads_x_in_passes = False
 
     @property
     def unit_bytes(self):
@@ -241,13 +241,13 @@ class SuperBlockFormat:
     zero_point: int
     pairs: Callable  # (builder, super-block pointer) -> (4 WeightPairs, <8 x float> min factors or None)
     has_mins: bool
+    # passes of several tokens reload x per (row, pair) behind a memory barrier, as memory operands: 4 tokens x 4
+    # pairs of x do not fit in registers next to 16 accumulators (4x4 loop 753 -> 521 instructions, stack traffic
+    # 267 -> 43). One token's x (4 pairs, 12 vectors) fits and stays shared by the rows.
+    reloads_x_in_passes = True
 
     pairs_per_unit = SUPER_BLOCK_VALUES // PAIR_VALUES
     accumulators_per_loop = 16
-    # 4 tokens x 4 pairs of x operands do not fit in registers next to 16 accumulators: each (row, pair) reloads
-    # its x from L1 behind a memory barrier, as memory operands (4x4 loop 753 -> 521 instructions, stack traffic
-    # 267 -> 43; Q6_K 640x2048, 8 tokens, 1.22x faster)
-    reloads_x = True
 
     @property
     def unit_bytes(self):
@@ -337,16 +337,17 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
         def x_pair(t, p):
             return _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), weight_format.zero_point != 0,
                            is_single)
-        shared_pairs = (None if weight_format.reloads_x else
+        reloads_x = weight_format.reloads_x_in_passes and num_tokens > 1
+        shared_pairs = (None if reloads_x else
                         [[x_pair(t, p) for p in range(weight_format.pairs_per_unit)] for t in range(num_tokens)])
         x_sums = [_x_block_sums(builder, x, first_block) for x in xs] if weight_format.has_mins else None
         for r in rows:
             weight_pairs, min_factors = weights_of(row_pointers[r])
             for p, w in enumerate(weight_pairs):
-                if weight_format.reloads_x:
+                if reloads_x:
                     memory_barrier(builder)
                 for t in range(num_tokens):
-                    x = x_pair(t, p) if weight_format.reloads_x else shared_pairs[t][p]
+                    x = x_pair(t, p) if reloads_x else shared_pairs[t][p]
                     lanes = builder.sitofp(dot_lanes(builder, x.start, w.quants, x.quants), _FLOAT_LANES)
                     scales = builder.fmul(w.lane_scales, x.lane_scales)
                     _accumulate(builder, accumulators[r][t], builder.fmul(lanes, scales, flags=["contract"]))
