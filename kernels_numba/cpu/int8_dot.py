@@ -242,8 +242,8 @@ class SuperBlockFormat:
     pairs: Callable  # (builder, super-block pointer) -> (4 WeightPairs, <8 x float> min factors or None)
     has_mins: bool
     # passes of several tokens reload x per (row, pair) behind a memory barrier, as memory operands: 4 tokens x 4
-    # pairs of x do not fit in registers next to 16 accumulators (4x4 loop 753 -> 521 instructions, stack traffic
-    # 267 -> 43). One token's x (4 pairs, 12 vectors) fits and stays shared by the rows.
+    # pairs of x do not fit in registers next to 16 accumulators (4x4 loop 753 -> 516 instructions, stack traffic
+    # 267 -> 36). One token's x (4 pairs, 12 vectors) fits and stays shared by the rows.
     reloads_x_in_passes = True
 
     pairs_per_unit = SUPER_BLOCK_VALUES // PAIR_VALUES
@@ -256,6 +256,7 @@ class SuperBlockFormat:
 
 SUPER_BLOCK_FORMATS = {"Q6_K": SuperBlockFormat(210, 32, _q6_k_pairs, has_mins=False),
                        "Q4_K": SuperBlockFormat(144, 0, _q4_k_pairs, has_mins=True)}
+WEIGHT_FORMATS = {**BLOCK_FORMATS, **SUPER_BLOCK_FORMATS}
 
 
 def _activation_pointers(context, builder, arg_types, arrays, token):
@@ -386,8 +387,8 @@ def _dots_intrinsic(weight_format, num_tokens, choose_dot_lanes):
              prefetch_bytes):
         """(dot(row ra, x[first_token]), ..., dot(row rd, x[first_token]), dot(row ra, x[first_token + 1]), ...):
         rows of data (uint8 [rows, bytes], rows may repeat) with num_tokens tokens of the 8-bit activations
-        (quantize_activations_into, then lane_operands_into for this weight type's zero point). prefetch_bytes: how far ahead in each row's stream to prefetch (0: nothing
-        new, e.g. later tokens over the same rows)."""
+        (quantize_activations_into, then lane_operands_into for this weight type's zero point). prefetch_bytes:
+        how far ahead in each row's stream to prefetch (0: nothing new, e.g. later tokens over the same rows)."""
         if not (isinstance(data, types.Array) and data.ndim == 2):
             return None
 
@@ -414,7 +415,7 @@ TOKENS_PER_PASS = 4  # tokens of a dot4x4: 4 rows x 4 tokens of float lanes fill
 
 def _dot_pair(format_name, choose_dot_lanes=_vnni_where_available):
     """(dot4: 4 rows x 1 token, dot4x4: 4 rows x TOKENS_PER_PASS tokens) of one weight type."""
-    weight_format = {**BLOCK_FORMATS, **SUPER_BLOCK_FORMATS}[format_name]
+    weight_format = WEIGHT_FORMATS[format_name]
     return (_dots_intrinsic(weight_format, 1, choose_dot_lanes),
             _dots_intrinsic(weight_format, TOKENS_PER_PASS, choose_dot_lanes))
 
@@ -476,8 +477,7 @@ def quantize_activations_into(x, quants, scales, lane_sums, block_sums):
             block_sums[t, block] = scales[t, block] * np.float32(total)
 
 
-ZERO_POINTS = {name: weight_format.zero_point
-               for name, weight_format in {**BLOCK_FORMATS, **SUPER_BLOCK_FORMATS}.items()}
+ZERO_POINTS = {name: weight_format.zero_point for name, weight_format in WEIGHT_FORMATS.items()}
 
 
 @njit(cache=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels_numba.cpu.softmax_draw import NO_TOKEN, softmax_draw_rows
+from kernels_numba.cpu.softmax_draw import DRAW_BLOCK, NO_TOKEN, softmax_draw_rows
 
 from ..sampling_params import SamplingParams
 
@@ -244,7 +244,8 @@ def keeps_whole_vocabulary(params: SamplingParams, vocab_size: int) -> bool:
     return (params.top_k <= 0 or params.top_k >= vocab_size) and params.top_p >= 1.0 and params.min_p <= 0.0
 
 
-DRAW_BLOCK = 1024  # a draw sums blocks of this many weights (vectorised) rather than run one sum over them all
+# a draw sums blocks of DRAW_BLOCK weights (vectorised) rather than run one sum over them all, as the kernel does
+NO_TOKEN_MESSAGE = "no token can be sampled: the probabilities are NaN or all zero"
 
 
 def draw_whole_vocabulary(logits: np.ndarray, temperature: float, u: float) -> int:
@@ -257,7 +258,7 @@ def draw_whole_vocabulary(logits: np.ndarray, temperature: float, u: float) -> i
 
 def _checked_draws(tokens: np.ndarray) -> np.ndarray:
     if (tokens == NO_TOKEN).any():  # NaN logits, or a grammar that leaves no token: never a silent pick
-        raise ValueError("no token can be sampled: the probabilities are NaN or all zero")
+        raise ValueError(NO_TOKEN_MESSAGE)
     return tokens
 
 
@@ -281,7 +282,7 @@ def _inverse_cdf(block_sums: np.ndarray, block_weights, u: float) -> int:
     """inverse_cdf_index from the block sums and `block_weights(first index)`: one block's weights."""
     block_ends = np.cumsum(block_sums)
     if not block_ends[-1] > 0:  # NaN logits, or a grammar that leaves no token: never a silent pick
-        raise ValueError("no token can be sampled: the probabilities are NaN or all zero")
+        raise ValueError(NO_TOKEN_MESSAGE)
     target = u * block_ends[-1]
     block = int(block_ends.searchsorted(target, side="right"))
     if block == block_sums.size:  # u * total rounded up to the total

@@ -36,7 +36,11 @@ def split_decodes(positions: np.ndarray, attn: AttnMetadata, max_decodes: int) -
     num_queries = np.diff(starts)
     first_tokens = starts[:-1]
     is_decode = num_queries == 1
-    is_decode[is_decode] = np.asarray(attn.slot_mapping)[first_tokens[is_decode]] >= 0
+    # the fused layer attends over positions + 1 keys: a one-token sequence is a decode only when that is its
+    # context, and it has a cache slot
+    candidates = first_tokens[is_decode]
+    is_decode[is_decode] = ((np.asarray(attn.slot_mapping)[candidates] >= 0)
+                            & (np.asarray(attn.context_lens)[is_decode] == np.asarray(positions)[candidates] + 1))
     decode_seqs = np.flatnonzero(is_decode)[:max_decodes]
     if decode_seqs.size == 0:
         return None
