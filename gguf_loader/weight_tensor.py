@@ -1,7 +1,7 @@
 """A tensor as stored in a model file: still quantized, a zero-copy view of the mapped bytes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,8 @@ class WeightTensor(RowShaped):
     shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
     data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
     fp8: Any = None  # FP8 E4M3 weights (1 byte each, stored as I8): their gguf_loader.fp8_layout.FP8Scales
+    # copies of data regrouped for one backend's kernels (kernels_numba/cpu/run_layout.py), made on first use
+    cpu_layouts: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def type_name(self) -> str:

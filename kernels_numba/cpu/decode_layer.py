@@ -11,8 +11,8 @@ so a sequence's tokens do not depend on which others share its step.
 
 `plan_decode_layer` gathers what does not change between tokens once per layer (a DecodeLayerPlan, or None
 when a weight has no fused dot: FP8, or F32 which linear sends to BLAS); `decode_layer` runs it. In the plan:
-- mats: the (q, k, v, o, gate, up, down) weights as read-only uint8 [rows, bytes_per_row]; codes: their
-  quant_type codes.
+- mats: the (q, k, v, o, gate, up, down) weights as read-only uint8 [rows, bytes_per_row] as the CPU kernels
+  read them (matmul.cpu_operands: the run layout where there is one); codes: their quant_type codes.
 - norms: (attn, q, k, post_attn, ffn, post_ffw) float32 weights; a size-0 array = no such norm.
 - biases: (q, k, v) float32; size 0 = none. inv_freq: float64 [head_dim / 2] of this layer's rope.
 """
@@ -27,9 +27,8 @@ from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel
-from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matmul import matvec_into, max_fused_tokens
+from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tokens_into
@@ -160,12 +159,13 @@ def plan_decode_layer(mats: tuple[WeightTensor, ...], norms: tuple[np.ndarray | 
     """mats: (q, k, v, o, gate, up, down); norms: (attn, q, k, post_attn, ffn, post_ffw); biases: (q, k, v)."""
     if any(w.fp8 is not None or qt.TYPE_CODES.get(w.ggml_type, qt.F32) == qt.F32 for w in mats):
         return None
+    codes, datas = zip(*(cpu_operands(w) for w in mats))
     return DecodeLayerPlan(
-        tuple(readonly_bytes(w) for w in mats), tuple(qt.type_code_of(w) for w in mats),
+        tuple(datas), tuple(codes),
         tuple(_vector(v) for v in norms), tuple(_vector(v) for v in biases),
         rope_inv_freq(head_dim, rope_theta, rope_freq_scale, rope_freq_factors), bool(is_neox), num_heads,
         num_kv_heads, head_dim, float(eps), GELU_TANH if activation == "gelu" else SILU, np.float32(scale),
-        int(sliding_window), np.float32(softcap), min(max_fused_tokens(qt.type_code_of(w)) for w in mats))
+        int(sliding_window), np.float32(softcap), min(max_fused_tokens(code) for code in codes))
 
 
 def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_cache: np.ndarray,

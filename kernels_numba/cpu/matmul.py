@@ -8,6 +8,7 @@ sgemm itself (tile_gemm.py); without a usable sgemm the tiles are decoded and mu
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numba
@@ -28,6 +29,8 @@ from kernels_numba.cpu.parallel_policy import (CHUNKS_PER_THREAD, PARALLEL_MIN_W
                                                 use_threads)
 from kernels_numba.cpu.prefetch import prefetch_rows
 from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
+from kernels_numba.cpu.run_layout import run_weights
+from kernels_numba.cpu.run_matvec import run_matvec_into
 from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
@@ -35,12 +38,18 @@ TILE_BYTES = 1024 * 1024  # float32 bytes per decoded tile: stays in L2 between 
 # 8-bit activations, 4 tokens per pass (int8_dot.dot4x4): beats tile decode + BLAS up to ~48-64 tokens on the
 # layers (one thread: Q5_0 2048x640 n=32 1.10 vs 1.62 ms, n=64 2.18 vs 2.05) and to ~128 on the Q8_0 LM head
 MAX_INT8_TOKENS = 48
+# the run dots (run_matvec.py) beat tile decode + BLAS up to ~64-128 tokens (two threads, Q5_0 2048x640 n=64:
+# 1.7 vs 3.5 ms, n=512: 11.7 vs 13.5; Q6_K 640x2048 n=512: 18.4 vs 12.5)
+MAX_RUN_TOKENS = 64
 MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
 PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while it reads this one (measured best)
 
 # 8-bit activations where the CPU has integer dot instructions (int8_dot.py): ~2x the float kernels' rate and
 # llama.cpp's numerics; without VNNI the float kernels are faster and exact
 USE_INT8_DOT = INT8_DOT_IS_FAST
+# weights regrouped for the run dots (run_layout.py) where the 8-bit dots run; POCKET_RUN_LAYOUT=0 keeps the GGUF
+# order (A/B benchmarks of the two layouts)
+USE_RUN_LAYOUT = USE_INT8_DOT and os.environ.get("POCKET_RUN_LAYOUT", "1") != "0"
 
 _buffers = threading.local()
 
@@ -98,6 +107,9 @@ def matvec_into(code, data, x, out):
     x. Deciding here rather than in Python saves ~15 us of numba thread-count calls per mat-vec (decode: ~80 per
     token).
     """
+    if code >= qt.R_Q5_0:
+        run_matvec_into(code, data, x, out)
+        return
     if uses_int8_dot(code, x.shape[0]):
         int8_matvec_into(code, data, x, out)
         return
@@ -144,8 +156,19 @@ def uses_int8_dot(code: int, num_tokens: int) -> bool:
     return USE_INT8_DOT and code in INT8_CODES and num_tokens <= MAX_INT8_TOKENS
 
 
+def cpu_operands(w: WeightTensor) -> tuple[int, np.ndarray]:
+    """(code, read-only uint8 rows) the CPU kernels read for w: its run layout (run_layout.py) where the 8-bit
+    dots run and the type has one, else its GGUF bytes and type code."""
+    runs = run_weights(w) if USE_RUN_LAYOUT else None
+    if runs is not None:
+        return runs.code, runs.data
+    return qt.type_code_of(w), readonly_bytes(w)
+
+
 def max_fused_tokens(code: int) -> int:
     """Most tokens the fused mat-vec serves before tile decode + BLAS wins (speculative verify sends k+1)."""
+    if code >= qt.R_Q5_0:
+        return MAX_RUN_TOKENS
     if uses_int8_dot(code, 1):
         return MAX_INT8_TOKENS
     return MAX_FUSED_TOKENS_PAIRED if code == qt.Q8_0 or code == qt.Q5_0 else MAX_FUSED_TOKENS
@@ -156,14 +179,18 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
     if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/fp8.py
         from kernels_numba.cpu.fp8 import fp8_linear
         return fp8_linear(x, w, out)
-    code = qt.type_code_of(w)
+    code, data = cpu_operands(w)  # data: [m, bytes_per_row]; its shape is cheaper to read than w.num_rows
     x = np.ascontiguousarray(x, dtype=np.float32)
-    data = readonly_bytes(w)  # [m, bytes_per_row]; its shape is cheaper to read than w.num_rows
     _check_shapes(x, w, data.shape[0], out)
     if out is None:
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
+    elif code >= qt.R_Q5_0:  # run layout: 8-bit dots, tile decode + BLAS on the 8-bit grid for long chunks
+        if x.shape[0] <= MAX_RUN_TOKENS:
+            run_matvec_into(code, data, x, out)
+        else:
+            _tiled_matmul_into(code, data, round_activations(x), out)
     elif uses_int8_dot(code, x.shape[0]):
         int8_matvec_into(code, data, x, out)
     elif 2 <= x.shape[0] <= MAX_BATCH_TOKENS and code in BATCH_CODES:  # one decode for all tokens (batch_dot)

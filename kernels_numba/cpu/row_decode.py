@@ -6,6 +6,7 @@ from kernels_numba.cpu.block_decode import (decode_bf16, decode_f16, decode_f32,
                                             decode_q3_k, decode_q4_0, decode_q4_1, decode_q5_0, decode_q5_1,
                                             decode_q6_k, decode_q8_0)
 from kernels_numba.cpu.iq_decode import decode_iq2_xxs, decode_iq3_xxs, decode_iq4_nl, decode_iq4_xs
+from kernels_numba.cpu.run_decode import decode_run_row
 
 
 @njit(cache=True)
@@ -45,3 +46,5 @@ def decode_row(code, row, out):
         decode_bf16(row, out)
     elif code == qt.F32:
         decode_f32(row, out)
+    elif code >= qt.R_Q5_0:  # the CPU's run layout of Q5_0, Q4_0, Q4_K, Q6_K (run_layout.py)
+        decode_run_row(code, row, out)

@@ -13,6 +13,7 @@ import numpy as np
 
 from gguf_loader import GGUFFile, ModelFileError, WeightTensor, make_weight_tensor
 from gguf_loader.hparams import ModelHParams
+from gguf_loader.private_bytes import private_bytes
 
 from .attn_metadata import AttnMetadata
 from .decode_split import DecodeSplit, split_decodes
@@ -60,11 +61,12 @@ class LayerWeights:
 
 
 def float_vector(tensor: WeightTensor) -> np.ndarray:
-    """A small float tensor (norm weight, bias) as a float32 vector; zero-copy when it is F32."""
+    """A small float tensor (norm weight, bias) as a float32 vector, copied with file reads (private_bytes): reading
+    it through the mapping would make megabytes of the neighbouring weights resident."""
     if tensor.type_name == "F32":
-        return tensor.data.view(np.float32).reshape(-1)
+        return private_bytes(np.asarray(tensor.data)).view(np.float32).reshape(-1)
     if tensor.type_name == "F16":
-        return tensor.data.view(np.float16).reshape(-1).astype(np.float32)
+        return private_bytes(np.asarray(tensor.data)).view(np.float16).reshape(-1).astype(np.float32)
     raise ModelFileError(f"tensor {tensor.name} has type {tensor.type_name}; expected F32 or F16")
 
 

@@ -1,0 +1,270 @@
+"""Dots of weight rows in the run layout (run_layout.py) with 8-bit activations, one SIMD lane per run, as IR.
+
+For each group of G runs of a row (16; a row's tail 8, then 4) and each token: the lanes start from
+-zero_point * the run's sum of x quants, R/4 vpdpbusd (weights unsigned, x signed) add the run's integer dot into
+its lane, then one convert and one FMA with (weight run scale * x run scale) add the group into the (row, token)'s
+16 float lanes (a tail group's narrower product is added to the low lanes). Q4_K's mins subtract
+dmin * m * (x scale * x run sum), also one FMA per group. The lanes are summed at the end, always as the same
+tree. Integer sums are exact, so the two dependency chains the slices are split into (for latency) change
+nothing, and the float operations of a (row, token) are the same whatever tokens share the call: one token gets
+the same bits alone, in a serve batch or in a speculative verify pass.
+
+Against int8_dot's GGUF-order dots this does one float epilogue per run instead of one per 4 values (8x fewer
+float ops) and unpacks 64 weights with 2-3 vector ops instead of ~5.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
+from kernels_numba.cpu.run_layout import GROUP_RUNS, ZERO_POINTS
+from kernels_numba.cpu.vector_ir import concat, lane_total, load_half, load_vector, prefetch, row_pointer
+
+_I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_F32, _F16 = ir.FloatType(), ir.HalfType()
+_CACHE_LINE = 64
+
+
+def _bytes(width):
+    return ir.VectorType(_I8, 4 * width)
+
+
+def _ints(width):
+    return ir.VectorType(_I32, width)
+
+
+def _floats(width):
+    return ir.VectorType(_F32, width)
+
+
+def _splat(vector_type, value):
+    return ir.Constant(vector_type, [value] * vector_type.count)
+
+
+def _dot_lanes_vnni(builder, acc, unsigned_bytes, signed_bytes):
+    width = acc.type.count
+    name = {16: "llvm.x86.avx512.vpdpbusd.512", 8: "llvm.x86.avx512.vpdpbusd.256",
+            4: "llvm.x86.avx512.vpdpbusd.128"}[width]
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(acc.type, [acc.type] * 3), name)
+    return builder.call(function, [acc, builder.bitcast(unsigned_bytes, acc.type),
+                                   builder.bitcast(signed_bytes, acc.type)])
+
+
+def _fma(builder, a, b, c):
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(a.type, [a.type] * 3), f"llvm.fma.v{a.type.count}f32")
+    return builder.call(function, [a, b, c])
+
+
+def _nibble_slices(builder, pairs_pointer, num_pairs, width):
+    """num_pairs slice pairs (4 * width bytes each) -> 2 * num_pairs slices of 4-bit values."""
+    slices = []
+    for m in range(num_pairs):
+        packed = load_vector(builder, builder.gep(pairs_pointer, [_I64(4 * width * m)]), _bytes(width))
+        slices += [builder.and_(packed, _splat(_bytes(width), 0x0F)), builder.lshr(packed, _splat(_bytes(width), 4))]
+    return slices
+
+
+def _half_scales(builder, pointer, width):
+    halves = builder.load(builder.bitcast(pointer, ir.VectorType(_F16, width).as_pointer()), align=1)
+    return builder.fpext(halves, _floats(width))
+
+
+@dataclass(frozen=True)
+class GroupWeights:
+    """A row's group unpacked: R/4 slices of unsigned quants, the runs' scales and (Q4_K) min factors."""
+    slices: list
+    scales: ir.Value
+    min_factors: ir.Value | None
+
+
+def _q5_0_group(builder, group, width):
+    """G f16 | 4 slice pairs | 8 x G/2 bytes of fifth bits."""
+    slices = _nibble_slices(builder, builder.gep(group, [_I64(2 * width)]), 4, width)
+    bits_type = ir.IntType(4 * width)
+    sixteens, zeros = _splat(_bytes(width), 16), _splat(_bytes(width), 0)
+    for j in range(8):
+        pointer = builder.gep(group, [_I64(18 * width + j * width // 2)])
+        bits = builder.bitcast(builder.load(builder.bitcast(pointer, bits_type.as_pointer()), align=1),
+                               ir.VectorType(_I1, 4 * width))
+        slices[j] = builder.or_(slices[j], builder.select(bits, sixteens, zeros))
+    return GroupWeights(slices, _half_scales(builder, group, width), None)
+
+
+def _q4_0_group(builder, group, width):
+    """G f16 | 4 slice pairs."""
+    return GroupWeights(_nibble_slices(builder, builder.gep(group, [_I64(2 * width)]), 4, width),
+                        _half_scales(builder, group, width), None)
+
+
+def _q4_k_group(builder, group, width):
+    """G/8 GGUF super-block headers (d, dmin, 12 bytes of 6-bit scales and mins) | 4 slice pairs."""
+    scales, min_factors = [], []
+    for h in range(width // 8):
+        header = builder.gep(group, [_I64(16 * h)])
+        run_scales, run_mins = _q4_k_scales_and_mins(builder, header)
+        d, d_min = (builder.insert_element(ir.Constant(_floats(8), ir.Undefined), load_half(builder, header, o),
+                                           _I32(0)) for o in (0, 2))
+        splat = ir.Constant(_ints(8), [0] * 8)
+        scales.append(builder.fmul(run_scales, builder.shuffle_vector(d, d, splat)))
+        min_factors.append(builder.fmul(run_mins, builder.shuffle_vector(d_min, d_min, splat)))
+    if width == 16:
+        scales, min_factors = [concat(builder, *scales)], [concat(builder, *min_factors)]
+    slices = _nibble_slices(builder, builder.gep(group, [_I64(2 * width)]), 4, width)
+    return GroupWeights(slices, scales[0], min_factors[0])
+
+
+def _q6_k_group(builder, group, width):
+    """16 int8 scales | d f16 | 2 slice pairs of 64 bytes | 64 bytes of high bit pairs (width is 16)."""
+    d = builder.insert_element(ir.Constant(_floats(16), ir.Undefined), load_half(builder, group, 16), _I32(0))
+    scales = builder.sitofp(load_vector(builder, group, _bytes(4)), _floats(16))
+    scales = builder.fmul(scales, builder.shuffle_vector(d, d, ir.Constant(_ints(16), [0] * 16)))
+    slices = _nibble_slices(builder, builder.gep(group, [_I64(18)]), 2, 16)
+    high = load_vector(builder, builder.gep(group, [_I64(146)]), _bytes(16))
+    for j in range(4):
+        pair = builder.and_(builder.lshr(high, _splat(_bytes(16), 2 * j)), _splat(_bytes(16), 3))
+        slices[j] = builder.or_(slices[j], builder.shl(pair, _splat(_bytes(16), 4)))
+    return GroupWeights(slices, scales, None)
+
+
+@dataclass(frozen=True)
+class RunFormat:
+    run_values: int  # values per run (per lane)
+    zero_point: int
+    group_bytes: Callable  # width -> bytes of a group of that many runs
+    unpack: Callable  # (builder, group pointer, width) -> GroupWeights
+    widths: tuple  # the group widths a row can have
+
+    @property
+    def num_slices(self):
+        return self.run_values // 4
+
+
+RUN_FORMATS = {
+    qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4)),
+    qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4)),
+    qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8)),
+    qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
+}
+
+
+def _pad(builder, vector):
+    """A narrower float vector as 16 lanes, zero above."""
+    width = vector.type.count
+    if width == GROUP_RUNS:
+        return vector
+    wide = builder.shuffle_vector(vector, ir.Constant(vector.type, None),
+                                  ir.Constant(_ints(2 * width), list(range(2 * width))))
+    return _pad(builder, wide)
+
+
+def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, signature, args):
+    arg_types = signature.args
+    data, rows, x_arrays, first_token, prefetch_bytes = args[0], args[1:5], args[5:9], args[9], args[10]
+    row_pointers = [row_pointer(context, builder, arg_types[0], data, row) for row in rows[:num_rows]]
+
+    def token_pointers(t):
+        token = builder.add(first_token, _I64(t))
+        quants = row_pointer(context, builder, arg_types[5], x_arrays[0], token)
+        others = [builder.bitcast(row_pointer(context, builder, array_type, array, token), element.as_pointer())
+                  for array_type, array, element in zip(arg_types[6:9], x_arrays[1:], (_F32, _I32, _F32))]
+        return quants, *others
+
+    xs = [token_pointers(t) for t in range(num_tokens)]
+    num_runs = builder.extract_value(context.make_array(arg_types[6])(context, builder, x_arrays[1]).shape, 1)
+    zero16 = ir.Constant(_floats(16), None)
+    accumulators = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
+    min_totals = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
+    has_mins = run_format is RUN_FORMATS[qt.R_Q4_K]
+
+    def group_step(first_run, byte_offset, width):
+        """The group of `width` runs starting at run first_run (byte_offset into each row); its lines
+        prefetch_bytes further on in the row stream are prefetched (0: these, already in L1, for later tokens)."""
+        group_bytes = run_format.group_bytes(width)
+        value_offset = builder.mul(first_run, _I64(run_format.run_values))
+        for r, row in enumerate(row_pointers):
+            group = builder.gep(row, [byte_offset])
+            for line in range(0, group_bytes, _CACHE_LINE):
+                prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
+            weights = run_format.unpack(builder, group, width)
+            for t, (quants, scales, starts, sums) in enumerate(xs):
+                x_values = builder.gep(quants, [value_offset])
+                chains = [load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
+                          if run_format.zero_point else ir.Constant(_ints(width), None),
+                          ir.Constant(_ints(width), None)]
+                for j, w_slice in enumerate(weights.slices):
+                    x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
+                    chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
+                run_dots = builder.sitofp(builder.add(chains[0], chains[1]), _floats(width))
+                x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
+                run_scales = builder.fmul(weights.scales, x_scales)
+                acc = accumulators[r][t]
+                if width == GROUP_RUNS:
+                    builder.store(_fma(builder, run_dots, run_scales, builder.load(acc)), acc)
+                else:
+                    builder.store(builder.fadd(builder.load(acc), _pad(builder, builder.fmul(run_dots, run_scales))),
+                                  acc)
+                if has_mins:
+                    x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
+                    total = min_totals[r][t]
+                    if width == GROUP_RUNS:
+                        builder.store(_fma(builder, weights.min_factors, x_sums, builder.load(total)), total)
+                    else:
+                        builder.store(builder.fadd(builder.load(total),
+                                                   _pad(builder, builder.fmul(weights.min_factors, x_sums))), total)
+
+    full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
+    with cgutils.for_range(builder, full_groups) as loop:
+        offset = builder.mul(loop.index, _I64(run_format.group_bytes(GROUP_RUNS)))
+        group_step(builder.mul(loop.index, _I64(GROUP_RUNS)), offset, GROUP_RUNS)
+    runs_done = builder.mul(full_groups, _I64(GROUP_RUNS))
+    bytes_done = builder.mul(full_groups, _I64(run_format.group_bytes(GROUP_RUNS)))
+    for width in run_format.widths[1:]:  # the tail: at most one group of each narrower width
+        runs_left = builder.sub(num_runs, runs_done)
+        has_group = builder.icmp_signed(">=", runs_left, _I64(width))
+        with builder.if_then(has_group):
+            group_step(runs_done, bytes_done, width)
+        runs_done = builder.select(has_group, builder.add(runs_done, _I64(width)), runs_done)
+        bytes_done = builder.select(has_group, builder.add(bytes_done, _I64(run_format.group_bytes(width))),
+                                    bytes_done)
+    totals = [builder.fsub(lane_total(builder, builder.load(accumulators[r][t])),
+                           lane_total(builder, builder.load(min_totals[r][t])))
+              for t in range(num_tokens) for r in range(num_rows)]
+    return context.make_tuple(builder, signature.return_type, totals)
+
+
+def _vnni_where_available(context):
+    return _dot_lanes_vnni if host_has_vnni(context) else _dot_lanes_portable
+
+
+def _portable(context):
+    return _dot_lanes_portable
+
+
+def dots_intrinsic(code, num_rows, num_tokens, choose_dot_lanes=_vnni_where_available):
+    """Dots of num_rows rows x num_tokens tokens of run code `code`."""
+    run_format = RUN_FORMATS[code]
+
+    @intrinsic
+    def dots(typingctx, data, ra, rb, rc, rd, x_quants, x_scales, x_starts, x_sums, first_token, prefetch_bytes):
+        """(dot(row ra, x[first_token]), .. the first num_rows of ra..rd, then the next token ..): rows of data
+        (uint8 [rows, bytes] in the run layout) with the run activations of run_matvec.run_activations."""
+        if not (isinstance(data, types.Array) and data.ndim == 2):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return _emit_dots(run_format, num_rows, num_tokens, choose_dot_lanes(context), context, builder,
+                              signature, args)
+
+        result_type = types.UniTuple(types.float32, num_rows * num_tokens)
+        return (result_type(data, ra, rb, rc, rd, x_quants, x_scales, x_starts, x_sums, first_token,
+                            prefetch_bytes), codegen)
+
+    return dots

@@ -1,0 +1,185 @@
+"""Weights regrouped for the run dots (run_dot.py): a CPU-only copy of a quantized matrix in which each SIMD lane
+owns one run (a block of 32 values, Q6_K: a sub-block of 16) and its integer sum.
+
+In GGUF order a 32-value block's integer dot lands in 8 int32 lanes of vpdpbusd, so every lane pays its own
+float epilogue (convert, scale, add): 8 float ops per block per token, more than the integer work. Here a row's
+runs go in groups of G = 16 (the row's tail: 8, then 4) and a group's bytes are interleaved so that slice j of
+the group (64 bytes for G = 16) holds values 4j..4j+3 of each of its G runs side by side: R/4 vpdpbusd add a
+whole run into one lane, and one convert + FMA per group serves 16 runs.
+
+A group of G runs, per type (the same bytes per run as GGUF, so the copy is as big as the original):
+- Q5_0: G f16 scales | 4 slice pairs of 4G bytes (low nibbles: slice 2m, high: slice 2m + 1) | 8 x G/2 bytes,
+  the fifth bits of slice j (bit i: byte i of the slice).
+- Q4_0: G f16 scales | 4 slice pairs.
+- Q4_K: G/8 super-block headers as GGUF has them (d, dmin, 12 bytes of 6-bit scales and mins) | 4 slice pairs.
+- Q6_K (runs of 16, G = 16: one super-block): 16 int8 scales | d f16 | 2 slice pairs of 64 bytes | 64 bytes of
+  high bit pairs (bits 2j, 2j + 1 of byte i: the top two bits of byte i of slice j).
+
+`run_weights(w)` makes the copy once per weight tensor (kept on it). It reads a mapped GGUF tensor with file reads,
+so the mapping's pages never become resident: the CPU kernels read only the copy, and resident memory does not
+grow (anything else that reads the mapping, a reference op or a GPU upload, faults its pages in as before).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba.extending import register_jitable
+
+from gguf_loader.private_bytes import private_bytes
+from gguf_loader.weight_tensor import WeightTensor
+from kernels_numba.cpu import quant_type as qt
+
+GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
+MIN_GROUP_RUNS = 4  # the narrowest tail group (a 128-bit vector): rows of Q4_0/Q5_0 need k % 128 == 0
+SLICE_VALUES = 4  # values of a run in one slice: one vpdpbusd lane
+
+# the run layout's codes (quant_type numbers them after the GGUF types): raw code -> run code
+RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K}
+RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16}
+ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32}
+RUN_BYTES = {qt.R_Q5_0: 22, qt.R_Q4_0: 18, qt.R_Q4_K: 18}  # per 32-value run; Q6_K: 210 per group of 16
+
+
+@register_jitable
+def group_runs(runs_left):
+    """Runs in the next group of a row with runs_left runs still to go (16, 8 or 4)."""
+    if runs_left >= 16:
+        return 16
+    return 8 if runs_left >= 8 else 4
+
+
+def groups_of(num_runs: int) -> list[tuple[int, int]]:
+    """(first run, runs) of each group of a row of num_runs runs."""
+    groups, first = [], 0
+    while first < num_runs:
+        width = group_runs(num_runs - first)
+        groups.append((first, width))
+        first += width
+    return groups
+
+
+def supports(code: int, row_length: int) -> bool:
+    """Whether rows of this GGUF type and length have a run layout."""
+    if code not in RUN_CODES:
+        return False
+    run_values = RUN_VALUES[RUN_CODES[code]]
+    return row_length % (run_values * MIN_GROUP_RUNS) == 0 and (code != qt.Q6_K or row_length % 256 == 0)
+
+
+def _slices(quants: np.ndarray, width: int) -> np.ndarray:
+    """quants uint8 [rows, width runs, run values] -> [rows, run values / 4 slices, 4 * width bytes]."""
+    rows, _, run_values = quants.shape
+    by_slice = quants.reshape(rows, width, run_values // SLICE_VALUES, SLICE_VALUES).transpose(0, 2, 1, 3)
+    return by_slice.reshape(rows, run_values // SLICE_VALUES, SLICE_VALUES * width)
+
+
+def _nibble_pairs(slices: np.ndarray) -> np.ndarray:
+    """Slices of 4-bit values -> [rows, slices / 2, bytes]: slice 2m in the low nibbles, 2m + 1 in the high."""
+    return (slices[:, 0::2] & 0x0F) | ((slices[:, 1::2] & 0x0F) << 4)
+
+
+def _block_nibbles(qs: np.ndarray) -> np.ndarray:
+    """16 bytes of nibbles per block [rows, blocks, 16] -> quants [rows, blocks, 32]: values 0-15 the low nibbles,
+    16-31 the high ones (ggml's Q4_0/Q5_0 order)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _block_format(raw: np.ndarray, block_bytes: int, has_fifth_bit: bool) -> np.ndarray:
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, block_bytes)
+    scales = blocks[:, :, 0:2]
+    quants = _block_nibbles(blocks[:, :, block_bytes - 16:])
+    if has_fifth_bit:
+        high = blocks[:, :, 2:6].copy().view("<u4")  # [rows, blocks, 1]
+        bits = (high >> np.arange(32, dtype=np.uint32)) & 1
+        quants = quants | (bits.astype(np.uint8) << 4)
+    parts = []
+    for first, width in groups_of(blocks.shape[1]):
+        group = slice(first, first + width)
+        slices = _slices(quants[:, group], width)
+        parts += [scales[:, group].reshape(rows, -1), _nibble_pairs(slices).reshape(rows, -1)]
+        if has_fifth_bit:
+            fifth = np.packbits((slices >> 4) & 1, axis=-1, bitorder="little")
+            parts.append(fifth.reshape(rows, -1))
+    return np.concatenate(parts, axis=1)
+
+
+def _q4_k(raw: np.ndarray) -> np.ndarray:
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 144)
+    qs = blocks[:, :, 16:].reshape(rows, -1, 4, 32)  # chunk c: runs 2c (low nibbles) and 2c + 1 (high)
+    quants = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(rows, -1, 32)  # [rows, runs, 32]
+    parts = []
+    for first, width in groups_of(quants.shape[1]):
+        headers = blocks[:, first // 8:(first + width) // 8, :16]
+        parts += [headers.reshape(rows, -1), _nibble_pairs(_slices(quants[:, first:first + width], width))
+                  .reshape(rows, -1)]
+    return np.concatenate(parts, axis=1)
+
+
+def q6_k_quants(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K super-blocks uint8 [rows, n, 210] -> the 6-bit quants [rows, n, 256] in value order (ggml's
+    dequantize_row_q6_K: value 128h + 32s + l of half h takes bits of ql[64h + l + 32(s & 1)] (low nibble for
+    s < 2) and bits 2s, 2s + 1 of qh[32h + l])."""
+    ql, qh = blocks[..., :128], blocks[..., 128:192]
+    quants = np.empty(blocks.shape[:-1] + (256,), dtype=np.uint8)
+    for half in range(2):
+        low = ql[..., 64 * half:64 * half + 64]
+        high = qh[..., 32 * half:32 * half + 32]
+        for s in range(4):
+            nibbles = low[..., 32 * (s & 1):32 * (s & 1) + 32]
+            nibbles = nibbles & 0x0F if s < 2 else nibbles >> 4
+            quants[..., 128 * half + 32 * s:128 * half + 32 * s + 32] = nibbles | (((high >> (2 * s)) & 3) << 4)
+    return quants
+
+
+def _q6_k(raw: np.ndarray) -> np.ndarray:
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 210)
+    slices = _slices(q6_k_quants(blocks).reshape(rows * blocks.shape[1], 16, 16), 16)  # [.., 4 slices, 64]
+    high_pairs = np.zeros(slices.shape[:1] + (64,), dtype=np.uint8)
+    for j in range(4):
+        high_pairs |= (slices[:, j] >> 4) << (2 * j)
+    parts = [blocks[:, :, 192:208].reshape(-1, 16), blocks[:, :, 208:210].reshape(-1, 2),
+             _nibble_pairs(slices).reshape(-1, 128), high_pairs]
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
+
+
+def repack(code: int, raw: np.ndarray) -> np.ndarray:
+    """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size)."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if code == qt.Q5_0:
+        packed = _block_format(raw, 22, has_fifth_bit=True)
+    elif code == qt.Q4_0:
+        packed = _block_format(raw, 18, has_fifth_bit=False)
+    elif code == qt.Q4_K:
+        packed = _q4_k(raw)
+    elif code == qt.Q6_K:
+        packed = _q6_k(raw)
+    else:
+        raise ValueError(f"no run layout for type code {code}")
+    assert packed.shape == raw.shape, (packed.shape, raw.shape)
+    return np.ascontiguousarray(packed)
+
+
+@dataclass(frozen=True)
+class RunWeights:
+    """A weight matrix in the run layout: code (a run code of quant_type), data uint8 [rows, bytes_per_row]."""
+    code: int
+    data: np.ndarray
+
+
+def run_weights(w: WeightTensor) -> RunWeights | None:
+    """w in the run layout (made once and kept on w), or None when its type or shape has none."""
+    cached = w.cpu_layouts.get("runs", False)
+    if cached is not False:
+        return cached
+    code = qt.TYPE_CODES.get(w.ggml_type)
+    result = None
+    if w.fp8 is None and len(w.shape) == 2 and code is not None and supports(code, w.shape[-1]):
+        packed = repack(code, private_bytes(np.asarray(w.data)))
+        packed.flags.writeable = False
+        result = RunWeights(RUN_CODES[code], packed)
+    w.cpu_layouts["runs"] = result
+    return result

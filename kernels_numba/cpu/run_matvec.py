@@ -1,0 +1,163 @@
+"""out = x @ W.T for weights in the run layout (run_layout.py) with 8-bit activations (run_dot.py), any number of
+tokens.
+
+x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
+slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
+(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads;
+each group's tokens go in passes of 8 (one row at a time), 4 (two rows) and 1 (four rows), the row bytes staying
+in L1 between passes. A (row, token) dot is the same IR in every pass, so results do not depend on the batch.
+"""
+import numpy as np
+from numba import njit, prange
+
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations_into
+from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
+from kernels_numba.cpu.run_dot import dots_intrinsic
+from kernels_numba.cpu.run_layout import RUN_VALUES, ZERO_POINTS, group_runs
+
+ROWS_PER_GROUP = 4
+RUN_CODES = (qt.R_Q5_0, qt.R_Q4_0, qt.R_Q4_K, qt.R_Q6_K)
+_PASSES = ((4, 1), (2, 4), (1, 8))  # (rows, tokens) of the three dot shapes
+
+
+def _dispatch(num_rows, num_tokens):
+    q5_0, q4_0, q4_k, q6_k = (dots_intrinsic(code, num_rows, num_tokens) for code in RUN_CODES)
+
+    @njit(inline="always")
+    def dots(code, data, ra, rb, rc, rd, xr, t, prefetch_bytes):
+        if code == qt.R_Q5_0:
+            return q5_0(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
+        if code == qt.R_Q4_0:
+            return q4_0(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
+        if code == qt.R_Q4_K:
+            return q4_k(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
+        return q6_k(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
+    return dots
+
+
+_dots4x1, _dots2x4, _dots1x8 = (_dispatch(rows, tokens) for rows, tokens in _PASSES)
+_dots1x1 = _dispatch(1, 1)
+
+
+# per run code, in the order of quant_type's run codes (R_Q5_0 first): tuples numba reads as constants
+assert RUN_CODES == tuple(range(qt.R_Q5_0, qt.R_Q5_0 + len(RUN_CODES)))
+_RUN_VALUES = tuple(RUN_VALUES[code] for code in RUN_CODES)
+_ZERO_POINTS = tuple(ZERO_POINTS[code] for code in RUN_CODES)
+
+
+@njit(cache=True, inline="always")
+def run_values(code):
+    """Values per run (per lane) of a run code."""
+    return _RUN_VALUES[code - qt.R_Q5_0]
+
+
+@njit(cache=True, inline="always")
+def zero_point(code):
+    """The unsigned quants' offset of a run code (the value is scale * (q - zero point))."""
+    return _ZERO_POINTS[code - qt.R_Q5_0]
+
+
+@njit(cache=True)
+def run_activations(code, quants, scales):
+    """The 8-bit activations (quants int8 [n, k], scales float32 [n, k/32] of quantize_activations_into) in the
+    layout of run code `code`: (quants regrouped [n, k], run scales float32 [n, runs], run starts int32 [n, runs]
+    = -zero point * run quant sums, run sums float32 [n, runs] = scale * run quant sum)."""
+    n, k = quants.shape
+    run_length = run_values(code)
+    num_runs = k // run_length
+    zero = zero_point(code)
+    grouped = np.empty_like(quants)
+    run_scales = np.empty((n, num_runs), dtype=np.float32)
+    run_starts = np.empty((n, num_runs), dtype=np.int32)
+    run_sums = np.empty((n, num_runs), dtype=np.float32)
+    for t in range(n):
+        first_run = 0
+        while first_run < num_runs:
+            width = group_runs(num_runs - first_run)
+            base = first_run * run_length
+            for lane in range(width):
+                run = first_run + lane
+                total = np.int32(0)
+                for j in range(run_length // LANE_VALUES):
+                    for b in range(LANE_VALUES):
+                        value = quants[t, run * run_length + LANE_VALUES * j + b]
+                        grouped[t, base + LANE_VALUES * (width * j + lane) + b] = value
+                        total += np.int32(value)
+                scale = scales[t, run * run_length // BLOCK_VALUES]
+                run_scales[t, run] = scale
+                run_starts[t, run] = -zero * total
+                run_sums[t, run] = scale * np.float32(total)
+            first_run += width
+    return grouped, run_scales, run_starts, run_sums
+
+
+RUN_PREFETCH_BYTES = PREFETCH_BYTES
+TOKEN_TILE = 32  # tokens a row group serves before the next: their activations stay in L2 (prefill chunks)
+
+
+@njit(cache=True)
+def _group_tokens_into(code, data, xr, out, group, first_token, stop_token):
+    """Tokens first_token..stop_token-1 of row group `group`: passes of 8, then 4, then single tokens."""
+    last = data.shape[0] - 1
+    first_row = group * ROWS_PER_GROUP
+    rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
+    num_rows = min(ROWS_PER_GROUP, data.shape[0] - first_row)
+    t = first_token
+    while t + 8 <= stop_token:
+        for g in range(num_rows):
+            row = rows[g]
+            dots = _dots1x8(code, data, row, row, row, row, xr, t, RUN_PREFETCH_BYTES if t == first_token else 0)
+            for token in range(8):
+                out[t + token, first_row + g] = dots[token]
+        t += 8
+    if t + 4 <= stop_token:
+        for pair in range(2):
+            ra, rb = rows[2 * pair], rows[2 * pair + 1]
+            dots = _dots2x4(code, data, ra, rb, ra, rb, xr, t, RUN_PREFETCH_BYTES if t == first_token else 0)
+            for token in range(4):
+                for g in range(2):
+                    if 2 * pair + g < num_rows:
+                        out[t + token, first_row + 2 * pair + g] = dots[2 * token + g]
+        t += 4
+    while t < stop_token:
+        for g in range(num_rows):
+            out[t, first_row + g] = _dots1x1(code, data, rows[g], rows[g], rows[g], rows[g], xr, t,
+                        RUN_PREFETCH_BYTES if t == first_token else 0)[0]
+        t += 1
+
+
+@njit(cache=True)
+def _groups_into(code, data, xr, out, first_group, stop_group):
+    num_tokens = xr[0].shape[0]
+    for first_token in range(0, num_tokens, TOKEN_TILE):
+        stop_token = min(num_tokens, first_token + TOKEN_TILE)
+        for group in range(first_group, stop_group):
+            _group_tokens_into(code, data, xr, out, group, first_token, stop_token)
+
+
+@njit(cache=True, parallel=True)
+def _parallel_into(code, data, xr, out, chunks):
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    for chunk in prange(chunks):
+        first, stop = chunk_span(chunk, chunks, num_groups)
+        _groups_into(code, data, xr, out, first, stop)
+
+
+@njit(cache=True)
+def run_matvec_into(code, data, x, out):
+    """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
+    (x: float32 [n, k])."""
+    n, k = x.shape
+    quants = np.empty((n, k), dtype=np.int8)
+    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
+    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    xr = run_activations(code, quants, scales)
+    threads = pool_threads()
+    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:
+        _parallel_into(code, data, xr, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
+    else:
+        _groups_into(code, data, xr, out, 0, num_groups)

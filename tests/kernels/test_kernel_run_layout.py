@@ -1,0 +1,115 @@
+"""The run layout (run_layout.py) and its kernels: regrouped rows decode to the same floats as the GGUF rows, the
+run dots match the numpy oracle of 8-bit activations, a token gets the same bits alone and in any batch, and a
+mapped tensor is copied without touching its mapping."""
+import os
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from gguf_loader.private_bytes import private_bytes
+from kernels_numba.cpu import matmul
+from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.dequant import decode_rows_into
+from kernels_numba.cpu.run_layout import groups_of, repack, run_weights, supports
+from kernels_numba.cpu.run_matvec import TOKEN_TILE, run_matvec_into
+from kernels_numba.reference_int8 import linear_int8_activations
+from tests.kernels.kernel_test_data import random_weight
+
+pytestmark = pytest.mark.skipif(not matmul.USE_RUN_LAYOUT, reason="the run layout needs AVX512-VNNI")
+
+# row lengths whose groups cover every width: 640 = 16 + 4 runs, 384 = 8 + 4, 896 = 16 + 8 + 4, 768 = 16 + 8
+SHAPES = [(QT.Q5_0, 9, 640), (QT.Q5_0, 6, 384), (QT.Q4_0, 7, 896), (QT.Q4_0, 5, 128), (QT.Q4_K, 6, 768),
+          (QT.Q4_K, 5, 256), (QT.Q6_K, 7, 512), (QT.Q6_K, 3, 256)]
+
+
+def test_groups_cover_the_row_in_widths_16_8_4():
+    assert groups_of(20) == [(0, 16), (16, 4)]
+    assert groups_of(28) == [(0, 16), (16, 8), (24, 4)]
+    assert groups_of(32) == [(0, 16), (16, 16)]
+    assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 128) and not supports(qt.Q8_0, 640)
+
+
+@pytest.mark.parametrize("ggml_type, rows, k", SHAPES)
+def test_regrouped_rows_decode_bit_for_bit_like_the_gguf_rows(ggml_type, rows, k):
+    w = random_weight(ggml_type, (rows, k), np.random.default_rng(k + rows))
+    code = qt.TYPE_CODES[ggml_type]
+    packed = repack(code, np.asarray(w.data))
+    assert packed.shape == w.data.shape
+    row_ids = np.arange(rows, dtype=np.int64)
+    expected, actual = np.empty((rows, k), np.float32), np.empty((rows, k), np.float32)
+    decode_rows_into(code, np.asarray(w.data), row_ids, expected)
+    decode_rows_into(run_weights(w).code, packed, row_ids, actual)
+    np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("ggml_type, rows, k", SHAPES)
+@pytest.mark.parametrize("num_tokens", [1, 4, 8, 13])
+def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
+    rng = np.random.default_rng(7 * k + num_tokens)
+    w = random_weight(ggml_type, (rows, k), rng)
+    x = rng.standard_normal((num_tokens, k)).astype(np.float32)
+    runs = run_weights(w)
+    out = np.empty((num_tokens, rows), np.float32)
+    run_matvec_into(runs.code, runs.data, x, out)
+    expected = linear_int8_activations(x, w)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("ggml_type", [QT.Q5_0, QT.Q4_K, QT.Q6_K])
+def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type):
+    rng = np.random.default_rng(3)
+    w = random_weight(ggml_type, (37, 512), rng)  # 37 rows: a last row group of one
+    runs = run_weights(w)
+    x = rng.standard_normal((TOKEN_TILE + 9, 512)).astype(np.float32)
+    alone = np.empty((x.shape[0], 37), np.float32)
+    for t in range(x.shape[0]):
+        run_matvec_into(runs.code, runs.data, x[t:t + 1], alone[t:t + 1])
+    for num_tokens in (2, 4, 7, 8, 12, 16, x.shape[0]):  # passes of 8, 4 and 1; more than one token tile
+        batch = np.empty((num_tokens, 37), np.float32)
+        run_matvec_into(runs.code, runs.data, x[:num_tokens], batch)
+        np.testing.assert_array_equal(batch.view(np.uint32), alone[:num_tokens].view(np.uint32))
+
+
+def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
+    rng = np.random.default_rng(5)
+    w = random_weight(QT.Q5_0, (48, 640), rng)
+    for num_tokens in (1, 5, matmul.MAX_RUN_TOKENS + 16):  # the last one: tile decode + BLAS
+        x = rng.standard_normal((num_tokens, 640)).astype(np.float32)
+        expected = linear_int8_activations(x, w)
+        np.testing.assert_allclose(matmul.linear(x, w), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+    assert w.cpu_layouts["runs"].code == qt.R_Q5_0
+    odd = random_weight(QT.Q5_0, (8, 96), rng)  # 3 runs: no layout, the GGUF-order dots
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    np.testing.assert_allclose(matmul.linear(x, odd), linear_int8_activations(x, odd), rtol=1e-4, atol=1e-4)
+    assert odd.cpu_layouts["runs"] is None
+
+
+def _resident_kib(path: str) -> int:
+    """Resident KiB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+                inside = len(fields) >= 6 and fields[5] == path
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def test_private_bytes_copies_a_mapped_tensor_with_file_reads(tmp_path):
+    payload = np.random.default_rng(1).integers(0, 256, 3 * 4096 + 100, dtype=np.uint8)
+    path = tmp_path / "weights.bin"
+    payload.tofile(path)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    view = mapped[4096 + 7:4096 + 7 + 2 * 1000].reshape(2, 1000)
+    copy = private_bytes(view)
+    assert copy.base is None and copy.flags.writeable and copy.shape == (2, 1000)
+    np.testing.assert_array_equal(copy, payload[4096 + 7:4096 + 7 + 2000].reshape(2, 1000))
+    if os.path.exists("/proc/self/smaps"):  # the mapping's pages were never faulted in
+        assert _resident_kib(str(path)) == 0
+        int(view.sum())  # reading through the mapping does fault them in: the measure works
+        assert _resident_kib(str(path)) > 0
+    plain = np.arange(10, dtype=np.uint8)[::2]  # not a mapping, not contiguous: an ordinary copy
+    np.testing.assert_array_equal(private_bytes(plain), plain)
