@@ -13,7 +13,8 @@ import numpy as np
 
 
 def _file_span(array: np.ndarray):
-    """(file name, byte offset) of a C-contiguous array that is a view of a read-only np.memmap, else None."""
+    """(file name, byte offset, the mmap) of a C-contiguous array that is a view of a read-only np.memmap, else
+    None."""
     base = array
     while base is not None and not isinstance(base, np.memmap):
         base = base.base
@@ -22,13 +23,26 @@ def _file_span(array: np.ndarray):
         return None
     mapping_start = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
     mapped_from = base.offset - base.offset % mmap.ALLOCATIONGRANULARITY
-    return base.filename, mapped_from + array.ctypes.data - mapping_start
+    return base.filename, mapped_from + array.ctypes.data - mapping_start, mapped, array.ctypes.data - mapping_start
+
+
+def _fence_off(mapped: mmap.mmap, first: int, stop: int) -> None:
+    """Give bytes first..stop of a mapping their own mapping area (madvise MADV_RANDOM on its whole pages): the
+    kernel's fault-around, which maps the neighbours of a faulting page, stays inside one area, so reading a
+    small tensor next door no longer makes this one resident."""
+    page = mmap.PAGESIZE
+    first_page, stop_page = -(-first // page) * page, stop // page * page
+    if stop_page > first_page and hasattr(mmap, "MADV_RANDOM"):
+        try:
+            mapped.madvise(mmap.MADV_RANDOM, first_page, stop_page - first_page)
+        except (OSError, ValueError):
+            pass  # only a memory saving
 
 
 def private_bytes(array: np.ndarray) -> np.ndarray:
     """A private copy of a uint8 array. A view of a file mapping is read with plain file reads: touching the
-    mapping would make its pages part of this process's resident memory (with the copy: twice the weights), and
-    handing them back (madvise) does not undo the kernel's fault-around."""
+    mapping would make its pages part of this process's resident memory (with the copy: twice the weights); the
+    copied range is fenced off so that reads of its neighbours do not fault it in either."""
     span = _file_span(array)
     if span is not None:
         copy = np.empty(array.shape, dtype=np.uint8)
@@ -42,6 +56,7 @@ def private_bytes(array: np.ndarray) -> np.ndarray:
                         break
                     done += count
             if done == copy.size:
+                _fence_off(span[2], span[3], span[3] + copy.size)
                 return copy
         except OSError:
             pass  # read through the mapping instead

@@ -21,6 +21,7 @@ grow (anything else that reads the mapping, a reference op or a GPU upload, faul
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,6 +171,17 @@ class RunWeights:
     data: np.ndarray
 
 
+def _malloc_trim():
+    """glibc's malloc_trim(0) where there is one, else None."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
 def run_weights(w: WeightTensor) -> RunWeights | None:
     """w in the run layout (made once and kept on w), or None when its type or shape has none."""
     cached = w.cpu_layouts.get("runs", False)
@@ -181,5 +193,7 @@ def run_weights(w: WeightTensor) -> RunWeights | None:
         packed = repack(code, private_bytes(np.asarray(w.data)))
         packed.flags.writeable = False
         result = RunWeights(RUN_CODES[code], packed)
+        if _MALLOC_TRIM is not None:  # the repack's temporaries leave holes below the copy; give them back
+            _MALLOC_TRIM(0)
     w.cpu_layouts["runs"] = result
     return result
