@@ -4,8 +4,9 @@ tokens.
 x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
 slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
 (-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads;
-each group's tokens go in passes of 8 (one row at a time), 4 (two rows) and 1 (four rows), the row bytes staying
-in L1 between passes. A (row, token) dot is the same IR in every pass, so results do not depend on the batch.
+each group's tokens go in passes of 8 (one row at a time), 4 (two rows: one row was slower, Q5_0 2048x640 0.156
+vs 0.114 ms) and 1 (one row at a time: a lone token streams the rows from memory, where this beat four rows
+together, Q4_K 36 MB 6.46 -> 4.73 ms), the row bytes staying in L1 between passes. A (row, token) dot is the same IR in every pass, so results do not depend on the batch.
 """
 import numpy as np
 from numba import njit, prange
@@ -18,7 +19,7 @@ from kernels_numba.cpu.run_layout import RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 RUN_CODES = (qt.R_Q5_0, qt.R_Q4_0, qt.R_Q4_K, qt.R_Q6_K)
-_PASSES = ((4, 1), (2, 4), (1, 8))  # (rows, tokens) of the three dot shapes
+_PASSES = ((1, 1), (2, 4), (1, 8))  # (rows, tokens) of the three dot shapes
 
 
 def _dispatch(num_rows, num_tokens):
@@ -36,8 +37,7 @@ def _dispatch(num_rows, num_tokens):
     return dots
 
 
-_dots4x1, _dots2x4, _dots1x8 = (_dispatch(rows, tokens) for rows, tokens in _PASSES)
-_dots1x1 = _dispatch(1, 1)
+_dots1x1, _dots2x4, _dots1x8 = (_dispatch(rows, tokens) for rows, tokens in _PASSES)
 
 
 # per run code, in the order of quant_type's run codes (R_Q5_0 first): tuples numba reads as constants
@@ -92,7 +92,6 @@ def run_activations(code, quants, scales):
     return grouped, run_scales, run_starts, run_sums
 
 
-RUN_PREFETCH_BYTES = PREFETCH_BYTES
 TOKEN_TILE = 32  # tokens a row group serves before the next: their activations stay in L2 (prefill chunks)
 
 
@@ -107,14 +106,14 @@ def _group_tokens_into(code, data, xr, out, group, first_token, stop_token):
     while t + 8 <= stop_token:
         for g in range(num_rows):
             row = rows[g]
-            dots = _dots1x8(code, data, row, row, row, row, xr, t, RUN_PREFETCH_BYTES if t == first_token else 0)
+            dots = _dots1x8(code, data, row, row, row, row, xr, t, PREFETCH_BYTES if t == first_token else 0)
             for token in range(8):
                 out[t + token, first_row + g] = dots[token]
         t += 8
     if t + 4 <= stop_token:
         for pair in range(2):
             ra, rb = rows[2 * pair], rows[2 * pair + 1]
-            dots = _dots2x4(code, data, ra, rb, ra, rb, xr, t, RUN_PREFETCH_BYTES if t == first_token else 0)
+            dots = _dots2x4(code, data, ra, rb, ra, rb, xr, t, PREFETCH_BYTES if t == first_token else 0)
             for token in range(4):
                 for g in range(2):
                     if 2 * pair + g < num_rows:
@@ -122,8 +121,9 @@ def _group_tokens_into(code, data, xr, out, group, first_token, stop_token):
         t += 4
     while t < stop_token:
         for g in range(num_rows):
-            out[t, first_row + g] = _dots1x1(code, data, rows[g], rows[g], rows[g], rows[g], xr, t,
-                        RUN_PREFETCH_BYTES if t == first_token else 0)[0]
+            row = rows[g]
+            dots = _dots1x1(code, data, row, row, row, row, xr, t, PREFETCH_BYTES if t == first_token else 0)
+            out[t, first_row + g] = dots[0]
         t += 1
 
 
