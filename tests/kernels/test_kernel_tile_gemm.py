@@ -69,7 +69,7 @@ def test_linear_takes_the_threaded_path_for_prompts(monkeypatch, threading_mode,
     monkeypatch.setattr(matmul, "tiled_matmul_parallel", lambda *a: calls.append(a) or tiled_matmul_parallel(*a))
     rng = np.random.default_rng(3)
     w = random_weight(QT.Q5_0, (64, 128), rng)
-    x = rng.standard_normal((matmul.max_fused_tokens(quant_type.type_code_of(w)) + 1, 128)).astype(np.float32)
+    x = rng.standard_normal((matmul.max_fused_tokens(matmul.cpu_operands(w)[0]) + 1, 128)).astype(np.float32)
     y = get_ops("cpu").linear(x, w)
     if matmul.USE_INT8_DOT:  # Q5_0: the activations rounded to 8 bits, as the one-token integer dots see them
         x = int8_dot.round_activations(x)
