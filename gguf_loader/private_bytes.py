@@ -13,8 +13,8 @@ import numpy as np
 
 
 def _file_span(array: np.ndarray):
-    """(file name, byte offset, the mmap) of a C-contiguous array that is a view of a read-only np.memmap, else
-    None."""
+    """(file name, byte offset in the file, the mmap, byte offset in the mmap) of a C-contiguous array that is a
+    view of a read-only np.memmap, else None."""
     base = array
     while base is not None and not isinstance(base, np.memmap):
         base = base.base

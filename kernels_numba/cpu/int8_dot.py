@@ -477,6 +477,19 @@ def quantize_activations_into(x, quants, scales, lane_sums, block_sums):
             block_sums[t, block] = scales[t, block] * np.float32(total)
 
 
+@njit(cache=True)
+def quantize_activations(x):
+    """quantize_activations_into on new arrays: (quants int8 [n, k], scales float32 [n, k/32], lane_sums int32
+    [n, k/4], block_sums float32 [n, k/32])."""
+    n, k = x.shape
+    quants = np.empty((n, k), dtype=np.int8)
+    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
+    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    return quants, scales, lane_sums, block_sums
+
+
 ZERO_POINTS = {name: weight_format.zero_point for name, weight_format in WEIGHT_FORMATS.items()}
 
 

@@ -10,10 +10,9 @@ from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.amx_matvec import amx_matvec_into, uses_amx
-from kernels_numba.cpu.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS,
-                                        lane_operands_into, q4_0_dot4, q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4,
-                                        q5_0_dot4x4, q6_k_dot4, q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4,
-                                        quantize_activations_into)
+from kernels_numba.cpu.int8_dot import (PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS, lane_operands_into, q4_0_dot4,
+                                        q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
+                                        q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations)
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 ROWS_PER_GROUP = 4
@@ -101,12 +100,8 @@ def activation_operands(code, quants, scales, lane_sums, block_sums):
 @njit(cache=True)
 def int8_matvec_into(code, data, x, out):
     """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k])."""
-    n, k = x.shape
-    quants = np.empty((n, k), dtype=np.int8)
-    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
-    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
-    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
-    quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    k = x.shape[1]
+    quants, scales, lane_sums, block_sums = quantize_activations(x)
     if uses_amx(code):  # AMX tiles where the CPU has them: the same for every n, like the dots below
         amx_matvec_into(data, quants, scales, out)
         return

@@ -186,18 +186,15 @@ def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.
         out = np.empty((x.shape[0], data.shape[0]), dtype=np.float32)
     if code == qt.F32:
         np.matmul(x, data.view(np.float32).T, out=out)
-    elif code >= qt.R_Q5_0:  # run layout: 8-bit dots, tile decode + BLAS on the 8-bit grid for long chunks
-        if x.shape[0] <= MAX_RUN_TOKENS:
-            run_matvec_into(code, data, x, out)
-        else:
-            _tiled_matmul_into(code, data, round_activations(x), out)
+    elif code >= qt.R_Q5_0 and x.shape[0] <= MAX_RUN_TOKENS:  # run layout (run_layout.py): 8-bit dots
+        run_matvec_into(code, data, x, out)
     elif uses_int8_dot(code, x.shape[0]):
         int8_matvec_into(code, data, x, out)
     elif 2 <= x.shape[0] <= MAX_BATCH_TOKENS and code in BATCH_CODES:  # one decode for all tokens (batch_dot)
         batch_matvec_into(code, data, x, out, parallel_policy.PARALLEL_MIN_WORK)
     elif x.shape[0] <= max_fused_tokens(code):
         matvec_into(code, data, x, out)
-    elif USE_INT8_DOT and code in INT8_CODES:  # the 8-bit activations of the int8 dots, so every path agrees
+    elif code >= qt.R_Q5_0 or USE_INT8_DOT and code in INT8_CODES:  # the 8-bit grid of the dots: paths agree
         _tiled_matmul_into(code, data, round_activations(x), out)
     else:
         _tiled_matmul_into(code, data, x, out)

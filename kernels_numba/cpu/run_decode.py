@@ -7,9 +7,7 @@ from numba import njit
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.block_decode import k_scale_and_min
 from kernels_numba.cpu.half import read_half
-from kernels_numba.cpu.run_layout import group_runs
-
-SLICE_VALUES = 4
+from kernels_numba.cpu.run_layout import SLICE_VALUES, group_runs
 
 
 @njit(cache=True, inline="always")

@@ -141,6 +141,7 @@ class RunFormat:
     group_bytes: Callable  # width -> bytes of a group of that many runs
     unpack: Callable  # (builder, group pointer, width) -> GroupWeights
     widths: tuple  # the group widths a row can have
+    has_mins: bool = False  # Q4_K: values d * sc * q - dmin * m
 
     @property
     def num_slices(self):
@@ -150,7 +151,7 @@ class RunFormat:
 RUN_FORMATS = {
     qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4)),
     qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4)),
-    qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8)),
+    qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True),
     qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
 }
 
@@ -182,7 +183,6 @@ def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, si
     zero16 = ir.Constant(_floats(16), None)
     accumulators = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
     min_totals = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
-    has_mins = run_format is RUN_FORMATS[qt.R_Q4_K]
 
     def group_step(first_run, byte_offset, width):
         """The group of `width` runs starting at run first_run (byte_offset into each row); its lines
@@ -211,7 +211,7 @@ def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, si
                 else:
                     builder.store(builder.fadd(builder.load(acc), _pad(builder, builder.fmul(run_dots, run_scales))),
                                   acc)
-                if has_mins:
+                if run_format.has_mins:
                     x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
                     total = min_totals[r][t]
                     if width == GROUP_RUNS:

@@ -39,7 +39,6 @@ SLICE_VALUES = 4  # values of a run in one slice: one vpdpbusd lane
 RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K}
 RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16}
 ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32}
-RUN_BYTES = {qt.R_Q5_0: 22, qt.R_Q4_0: 18, qt.R_Q4_K: 18}  # per 32-value run; Q6_K: 210 per group of 16
 
 
 @register_jitable

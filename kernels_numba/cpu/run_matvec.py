@@ -6,24 +6,25 @@ slice j of a group holds values 4j..4j+3 of each run, and each run gets its scal
 (-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads;
 each group's tokens go in passes of 8 (one row at a time), 4 (two rows: one row was slower, Q5_0 2048x640 0.156
 vs 0.114 ms) and 1 (one row at a time: a lone token streams the rows from memory, where this beat four rows
-together, Q4_K 36 MB 6.46 -> 4.73 ms), the row bytes staying in L1 between passes. A (row, token) dot is the same IR in every pass, so results do not depend on the batch.
+together, Q4_K 36 MB 6.46 -> 4.73 ms), the row bytes staying in L1 between passes. A (row, token) dot is the same
+IR in every pass, so results do not depend on the batch.
 """
 import numpy as np
 from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations_into
+from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 from kernels_numba.cpu.run_dot import dots_intrinsic
 from kernels_numba.cpu.run_layout import RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
-RUN_CODES = (qt.R_Q5_0, qt.R_Q4_0, qt.R_Q4_K, qt.R_Q6_K)
+LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
 _PASSES = ((1, 1), (2, 4), (1, 8))  # (rows, tokens) of the three dot shapes
 
 
 def _dispatch(num_rows, num_tokens):
-    q5_0, q4_0, q4_k, q6_k = (dots_intrinsic(code, num_rows, num_tokens) for code in RUN_CODES)
+    q5_0, q4_0, q4_k, q6_k = (dots_intrinsic(code, num_rows, num_tokens) for code in LAYOUT_CODES)
 
     @njit(inline="always")
     def dots(code, data, ra, rb, rc, rd, xr, t, prefetch_bytes):
@@ -41,9 +42,9 @@ _dots1x1, _dots2x4, _dots1x8 = (_dispatch(rows, tokens) for rows, tokens in _PAS
 
 
 # per run code, in the order of quant_type's run codes (R_Q5_0 first): tuples numba reads as constants
-assert RUN_CODES == tuple(range(qt.R_Q5_0, qt.R_Q5_0 + len(RUN_CODES)))
-_RUN_VALUES = tuple(RUN_VALUES[code] for code in RUN_CODES)
-_ZERO_POINTS = tuple(ZERO_POINTS[code] for code in RUN_CODES)
+assert LAYOUT_CODES == tuple(range(qt.R_Q5_0, qt.R_Q5_0 + len(LAYOUT_CODES)))
+_RUN_VALUES = tuple(RUN_VALUES[code] for code in LAYOUT_CODES)
+_ZERO_POINTS = tuple(ZERO_POINTS[code] for code in LAYOUT_CODES)
 
 
 @njit(cache=True, inline="always")
@@ -149,11 +150,7 @@ def run_matvec_into(code, data, x, out):
     """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
     (x: float32 [n, k])."""
     n, k = x.shape
-    quants = np.empty((n, k), dtype=np.int8)
-    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
-    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
-    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
-    quantize_activations_into(x, quants, scales, lane_sums, block_sums)
+    quants, scales, _, _ = quantize_activations(x)
     xr = run_activations(code, quants, scales)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
