@@ -10,7 +10,22 @@ SIZE = (100, 32)
 
 def build(tiny_model, **settings):
     settings = {"temperature": 0.0, "max_tokens": 24, **settings}
-    return make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
+    app = make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
+    record_notifications(app)
+    return app
+
+
+def record_notifications(app) -> None:
+    """Every toast the app shows lands in `app.notified` as (severity, message), kept after its timeout: on a
+    loaded machine a 3 s toast can expire before the test reads `app._notifications`."""
+    app.notified = []
+    show = app.notify
+
+    def notify(message, *args, **kwargs):
+        app.notified.append((kwargs.get("severity", "information"), str(message)))
+        return show(message, *args, **kwargs)
+
+    app.notify = notify
 
 
 async def ready(app, pilot) -> ChatScreen:

@@ -140,7 +140,7 @@ async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp
         settings_screen.query_one("#top_p").value = "2"  # out of range: a toast, and the panel stays open
         await pilot.click("#save")
         await pilot.pause()
-        assert app.screen is settings_screen and any("invalid setting" in n.message for n in app._notifications)
+        assert app.screen is settings_screen and any("invalid setting" in message for _, message in app.notified)
         for field, value in {"max_tokens": "7", "system": "be brief", "temperature": "0", "top_p": "0.5",
                              "top_k": "3", "min_p": "0.1"}.items():
             settings_screen.query_one(f"#{field}").value = value
@@ -157,6 +157,6 @@ async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp
         await send(screen, pilot, "/model /no/such/model.gguf")
         while screen.model_loading:
             await pilot.pause(0.02)
-        assert any(n.severity == "error" and "cannot load" in n.message for n in app._notifications)
+        assert any(sev == "error" and "cannot load" in m for sev, m in app.notified)
         await send(screen, pilot, "still works")  # the old model still answers
         assert views(screen)[-1][0] == "assistant" and views(screen)[-2] == ("user", "still works")

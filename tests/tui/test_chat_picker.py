@@ -37,7 +37,7 @@ async def test_picker_switches_model_and_shows_load_errors(tiny_model, models_di
         assert isinstance(app.screen, ModelPickerScreen)
         await pick(app, pilot, "remote")
         await ready(app, pilot)
-        assert any(n.severity == "error" and "pocket pull remote" in n.message for n in app._notifications)
+        assert any(sev == "error" and "pocket pull remote" in m for sev, m in app.notified)
         assert "other-tiny.gguf" in str(screen.query_one("#status").render())
         await pilot.press("ctrl+t", "escape")
         assert app.screen is screen and not screen.model_loading
@@ -45,4 +45,4 @@ async def test_picker_switches_model_and_shows_load_errors(tiny_model, models_di
         assert screen.query_one("#loading").display and "loading model" in str(screen.query_one("#status").render())
         await ready(app, pilot)
         assert not screen.query_one("#loading").display
-        assert any(n.message == "model tiny-llama.gguf loaded" for n in app._notifications)
+        assert ("information", "model tiny-llama.gguf loaded") in app.notified
