@@ -41,29 +41,37 @@ def gelu_value(value):
     return value / (np.float32(1.0) + exp_f32(np.float32(-2.0) * inner))
 
 
-# One loop per kind over L1-sized runs, then the gate product: a branch on `kind` inside the loop, or a libm
-# call (math.exp/tanh), keeps it scalar. error_model="numpy" drops the zero-division checks for the same reason.
+# One loop per kind over L1-sized runs into a scratch run, then the gate product (or a copy) into out: a branch on
+# `kind` inside the loop, or a libm call (math.exp/tanh), keeps it scalar. error_model="numpy" drops the
+# zero-division checks for the same reason. The scratch run keeps the exp loop vectorised when out is x (the
+# in-place calls of the decode layer and of prefill): LLVM's runtime overlap check sends an aliased loop down its
+# scalar path, which measured 9.5 ns/value (GELU, 8 x 2048 in place: 156 us against 16 us).
 # Measured on 1M values: GELU 0.7 ns/value (was 24 with math.tanh; a fifth of Gemma 3's prefill time), SiLU alike.
 @njit(cache=True, nogil=True, error_model="numpy")
 def apply_range(kind, x, multiplier, cap, out, start, stop):
-    """out[i] = activate(x[i]) (* multiplier[i] when multiplier is non-empty) for i in [start, stop)."""
+    """out[i] = activate(x[i]) (* multiplier[i] when multiplier is non-empty) for i in [start, stop); out may be x
+    or multiplier."""
+    scratch = np.empty(RUN_VALUES, dtype=np.float32)
     for run_start in range(start, stop, RUN_VALUES):
         run_stop = min(stop, run_start + RUN_VALUES)
         # slices indexed from 0: a loop index numba cannot prove >= 0 gets a wraparound fix-up, and stays scalar
-        run_x, run_out = x[run_start:run_stop], out[run_start:run_stop]
+        run_x, run_out, run = x[run_start:run_stop], out[run_start:run_stop], scratch[:run_stop - run_start]
         if kind == GELU_TANH:
             for i in range(run_x.size):
-                run_out[i] = gelu_value(run_x[i])
+                run[i] = gelu_value(run_x[i])
         elif kind == SILU:
             for i in range(run_x.size):
-                run_out[i] = silu_value(run_x[i])
+                run[i] = silu_value(run_x[i])
         else:
             for i in range(run_x.size):
-                run_out[i] = activate(kind, run_x[i], cap)
+                run[i] = activate(kind, run_x[i], cap)
         if multiplier.size > 0:
             run_multiplier = multiplier[run_start:run_stop]
             for i in range(run_x.size):
-                run_out[i] *= run_multiplier[i]
+                run_out[i] = run[i] * run_multiplier[i]
+        else:
+            for i in range(run_x.size):
+                run_out[i] = run[i]
 
 
 @njit(cache=True, parallel=True)

@@ -31,7 +31,7 @@ from kernels_numba.cpu.kv_store import store_kv_into
 from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
-from kernels_numba.cpu.rotary import rope_inv_freq, rope_tokens_into
+from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
 
 Q, K, V, O, GATE, UP, DOWN = range(7)
 ATTN_NORM, Q_NORM, K_NORM, POST_ATTN_NORM, FFN_NORM, POST_FFW_NORM = range(6)
@@ -103,8 +103,9 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     q3 = _project_heads(q, biases[Q], norms[Q_NORM], num_heads, head_dim, eps)
     k3 = _project_heads(k, biases[K], norms[K_NORM], num_kv_heads, head_dim, eps)
     v3 = _project_heads(v, biases[V], np.empty(0, dtype=np.float32), num_kv_heads, head_dim, eps)
-    rope_tokens_into(q3, positions, inv_freq, is_neox, q3, 0, num_tokens)
-    rope_tokens_into(k3, positions, inv_freq, is_neox, k3, 0, num_tokens)
+    cos, sin = rope_tables(positions, inv_freq, 0, num_tokens)  # once for q and k
+    rotate_tokens_into(q3, cos, sin, is_neox, q3, 0, num_tokens)
+    rotate_tokens_into(k3, cos, sin, is_neox, k3, 0, num_tokens)
     store_kv_into(k3, v3, k_cache, v_cache, slots)
     attended = np.empty_like(q3)
     _attend(q3, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, attended)
@@ -117,7 +118,7 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     up = np.empty_like(gate)
     matvec_into(codes[GATE], mats[GATE], h, gate)
     matvec_into(codes[UP], mats[UP], h, up)
-    flat_gate = gate.reshape(gate.size)
+    flat_gate = gate.reshape(gate.size)  # in place: apply_range stays vectorised
     apply_range(activation, flat_gate, up.reshape(up.size), np.float32(0.0), flat_gate, 0, gate.size)
     matvec_into(codes[DOWN], mats[DOWN], gate, o)
     _norm_rows_into(o, norms[POST_FFW_NORM], eps, o)

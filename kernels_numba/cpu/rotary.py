@@ -8,25 +8,56 @@ from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 
 
 @njit(cache=True, nogil=True)
-def rope_tokens_into(x, positions, inv_freq, is_neox, out, start, stop):
-    """Rotate every head of tokens start..stop-1 of x: [n, heads, head_dim] by positions[t] * inv_freq[i].
-
-    Angles and their cos/sin are computed in float64 once per token (positions can be large), the rotation in
-    float32. Pairs: neox (i, i + head_dim/2), normal (2i, 2i+1). `out` may be `x`.
-    """
-    num_heads, half = x.shape[1], x.shape[2] // 2
-    cos = np.empty(half, dtype=np.float32)
-    sin = np.empty(half, dtype=np.float32)
+def rope_tables(positions, inv_freq, start, stop):
+    """(cos, sin) float32 [stop - start, head_dim/2] of the angles positions[t] * inv_freq[i], computed in float64
+    (positions can be large): one table serves every head of a token, q's and k's alike."""
+    half = inv_freq.size
+    cos = np.empty((stop - start, half), dtype=np.float32)
+    sin = np.empty((stop - start, half), dtype=np.float32)
     for t in range(start, stop):
         for i in range(half):
             angle = positions[t] * inv_freq[i]
-            cos[i], sin[i] = math.cos(angle), math.sin(angle)
+            cos[t - start, i], sin[t - start, i] = math.cos(angle), math.sin(angle)
+    return cos, sin
+
+
+@njit(cache=True, nogil=True)
+def rotate_tokens_into(x, cos, sin, is_neox, out, start, stop):
+    """Rotate every head of tokens start..stop-1 of x: [n, heads, head_dim] by the angles of rope_tables (row
+    t - start for token t), in float32. Pairs: neox (i, i + head_dim/2), normal (2i, 2i+1). `out` may be `x`: each
+    head's rotation goes through scratch pairs, so the loops stay vectorised in place (LLVM's overlap check would
+    send an aliased loop down its scalar path)."""
+    num_heads, half = x.shape[1], x.shape[2] // 2
+    first = np.empty(half, dtype=np.float32)
+    second = np.empty(half, dtype=np.float32)
+    for t in range(start, stop):
+        c, s = cos[t - start], sin[t - start]
         for h in range(num_heads):
-            for i in range(half):
-                first, second = (i, i + half) if is_neox else (2 * i, 2 * i + 1)
-                a, b = x[t, h, first], x[t, h, second]
-                out[t, h, first] = a * cos[i] - b * sin[i]
-                out[t, h, second] = a * sin[i] + b * cos[i]
+            head, head_out = x[t, h], out[t, h]
+            if is_neox:
+                for i in range(half):
+                    a, b = head[i], head[i + half]
+                    first[i] = a * c[i] - b * s[i]
+                    second[i] = a * s[i] + b * c[i]
+                for i in range(half):
+                    head_out[i] = first[i]
+                    head_out[i + half] = second[i]
+            else:
+                for i in range(half):
+                    a, b = head[2 * i], head[2 * i + 1]
+                    first[i] = a * c[i] - b * s[i]
+                    second[i] = a * s[i] + b * c[i]
+                for i in range(half):
+                    head_out[2 * i] = first[i]
+                    head_out[2 * i + 1] = second[i]
+
+
+@njit(cache=True, nogil=True)
+def rope_tokens_into(x, positions, inv_freq, is_neox, out, start, stop):
+    """Rotate every head of tokens start..stop-1 of x: [n, heads, head_dim] by positions[t] * inv_freq[i]
+    (rope_tables, then rotate_tokens_into). `out` may be `x`."""
+    cos, sin = rope_tables(positions, inv_freq, start, stop)
+    rotate_tokens_into(x, cos, sin, is_neox, out, start, stop)
 
 
 @njit(cache=True, parallel=True)
