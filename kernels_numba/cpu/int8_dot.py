@@ -433,18 +433,38 @@ q6_k_dot4_portable, q6_k_dot4x4_portable = _dot_pair("Q6_K", _portable)
 q4_k_dot4_portable, q4_k_dot4x4_portable = _dot_pair("Q4_K", _portable)
 
 
+_ABS_BITS = 0x7FFFFFFF
+_INF_BITS = 0x7F800000  # |x| bits at or above: inf or nan
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the low 32 of the integer `bits`."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)) if bits.bitwidth > 32 else args[0],
+                               ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
 @njit(cache=True, inline="always")
 def _block_scale(x, t, first):
     """(scale, 1/scale) of x[t, first:first + 32]: max|x| / 127; nan (and 0) when the block holds inf or nan, so
-    its dots become nan as float math would."""
-    amax = np.float32(0.0)
-    total = np.float32(0.0)
-    for j in range(BLOCK_VALUES):
-        amax = max(amax, abs(x[t, first + j]))
-        total += x[t, first + j]
-    scale = amax / np.float32(127.0)
-    if not np.isfinite(total) or not np.isfinite(amax):
+    its dots become nan as float math would.
+
+    max|x| is taken on the values' bits: for finite floats |a| < |b| exactly when bits(|a|) < bits(|b|), and an
+    integer max vectorises where a float one (with its NaN rules) or the float running sum this test used to keep
+    stayed one dependency chain a block (16 us of quantize_activations at 8 x 640 values, 7 calls a layer)."""
+    bits = x[t].view(np.int32)[first:first + BLOCK_VALUES]
+    amax_bits = 0
+    for j in range(bits.size):
+        amax_bits = max(amax_bits, bits[j] & _ABS_BITS)
+    if amax_bits >= _INF_BITS:
         return np.float32(np.nan), np.float32(0.0)
+    scale = _float32_from_bits(amax_bits) / np.float32(127.0)
     return scale, (np.float32(1.0) / scale if scale > 0 else np.float32(0.0))
 
 

@@ -51,6 +51,24 @@ def test_activation_quantization_matches_the_reference():
     assert np.abs(quants).max() == 127 and scales[1, 1] == 0
 
 
+def test_activation_scales_of_special_values():
+    """max|x| is taken on the float bits: -0, subnormals and huge finite values give the reference's scale, and a
+    block holding nan or +-inf gets a nan scale (its dots become nan, as float math would)."""
+    x = np.random.default_rng(4).standard_normal((1, 8 * 32)).astype(np.float32)
+    x[0, 0:32] = -0.0
+    x[0, 32:64] = np.float32(1e-40) * np.arange(32)  # subnormals
+    x[0, 64] = np.float32(-3.0e38)  # finite, near the float32 limit (and next to a block of its own sign)
+    x[0, 65] = np.float32(3.0e38)
+    x[0, 96 + 7] = np.nan
+    x[0, 128 + 3] = np.inf
+    x[0, 160 + 31] = -np.inf
+    _, scales, _, _ = _quantized(x)
+    finite_blocks = [0, 1, 2, 6, 7]
+    _, expected = quantize_activations(x[:, np.repeat(np.array(finite_blocks) * 32, 32) + np.tile(np.arange(32), 5)])
+    np.testing.assert_array_equal(scales[0, finite_blocks], expected[0])
+    assert np.isnan(scales[0, 3:6]).all() and scales[0, 0] == 0
+
+
 INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q6_K, QT.Q4_K)
 BLOCK_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0)  # 32 values per block: rows may hold an odd number of blocks
 PORTABLE_DOTS = {QT.Q8_0: (int8_dot.q8_0_dot4_portable, int8_dot.q8_0_dot4x4_portable),
