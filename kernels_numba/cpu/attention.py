@@ -29,34 +29,72 @@ def first_visible_key(query_pos, sliding_window):
     return max(0, query_pos - sliding_window + 1)
 
 
+# Keys go four at a time: each query (or accumulator) load then serves four keys (values), and the four dot
+# products are independent chains. One (token, head), 61 keys, one thread: 6.1 -> 3.3-3.7 us; 500 keys: 50 -> 29 us.
+# The four row views are written out: an inline helper returning them measured as slow as one key at a time.
+KEYS_AT_ONCE = 4
+
+
 @njit(cache=True, fastmath=SUM_FASTMATH)
 def attend_one(query, k_cache, v_cache, block_table, kv_head, first_key, last_key, scale, softcap, out):
-    """out = softmax(scale * query . keys) @ values over key positions first_key..last_key of one sequence."""
+    """out = softmax(scale * query . keys) @ values over key positions first_key..last_key of one sequence.
+    Every query of every batch runs this same code, so a token's result does not depend on its batch."""
     block_size, head_dim = k_cache.shape[1], query.size
-    scores = np.empty(last_key - first_key + 1, dtype=np.float32)
-    best = -np.inf
-    for i in range(scores.size):
-        key_pos = first_key + i
-        key = k_cache[block_table[key_pos // block_size], key_pos % block_size, kv_head]
+    num_keys = last_key - first_key + 1
+    scores = np.empty(num_keys, dtype=np.float32)
+    i = 0
+    while i + KEYS_AT_ONCE <= num_keys:
+        p = first_key + i
+        k0 = k_cache[block_table[p // block_size], p % block_size, kv_head]
+        k1 = k_cache[block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head]
+        k2 = k_cache[block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head]
+        k3 = k_cache[block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head]
+        s0 = s1 = s2 = s3 = np.float32(0.0)
+        for d in range(head_dim):
+            q = query[d]
+            s0 += q * k0[d]
+            s1 += q * k1[d]
+            s2 += q * k2[d]
+            s3 += q * k3[d]
+        scores[i], scores[i + 1], scores[i + 2], scores[i + 3] = s0 * scale, s1 * scale, s2 * scale, s3 * scale
+        i += KEYS_AT_ONCE
+    while i < num_keys:
+        p = first_key + i
+        key = k_cache[block_table[p // block_size], p % block_size, kv_head]
         score = np.float32(0.0)
         for d in range(head_dim):
             score += query[d] * key[d]
-        score *= scale
+        scores[i] = score * scale
+        i += 1
+    best = -np.inf
+    for i in range(num_keys):
         if softcap > 0:
-            score = softcap * np.float32(math.tanh(score / softcap))
-        scores[i] = score
-        best = max(best, score)
+            scores[i] = softcap * np.float32(math.tanh(scores[i] / softcap))
+        best = max(best, scores[i])
     total = np.float32(0.0)
-    for i in range(scores.size):  # max-subtracted softmax: every exponent is <= 0
+    for i in range(num_keys):  # max-subtracted softmax: every exponent is <= 0
         scores[i] = np.float32(math.exp(scores[i] - best))
         total += scores[i]
-    out[:] = 0.0
-    for i in range(scores.size):
-        key_pos = first_key + i
-        value = v_cache[block_table[key_pos // block_size], key_pos % block_size, kv_head]
+    acc = np.zeros(head_dim, dtype=np.float32)
+    i = 0
+    while i + KEYS_AT_ONCE <= num_keys:
+        p = first_key + i
+        v0 = v_cache[block_table[p // block_size], p % block_size, kv_head]
+        v1 = v_cache[block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head]
+        v2 = v_cache[block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head]
+        v3 = v_cache[block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head]
+        w0, w1, w2, w3 = scores[i] / total, scores[i + 1] / total, scores[i + 2] / total, scores[i + 3] / total
+        for d in range(head_dim):
+            acc[d] += w0 * v0[d] + w1 * v1[d] + w2 * v2[d] + w3 * v3[d]
+        i += KEYS_AT_ONCE
+    while i < num_keys:
+        p = first_key + i
+        value = v_cache[block_table[p // block_size], p % block_size, kv_head]
         weight = scores[i] / total
         for d in range(head_dim):
-            out[d] += weight * value[d]
+            acc[d] += weight * value[d]
+        i += 1
+    out[:] = acc
 
 
 @njit(cache=True, nogil=True)
