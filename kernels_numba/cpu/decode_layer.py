@@ -28,7 +28,7 @@ from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens
+from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens, shared_input_matvecs_into
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
@@ -97,9 +97,7 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     q = np.empty((num_tokens, mats[Q].shape[0]), dtype=np.float32)
     k = np.empty((num_tokens, mats[K].shape[0]), dtype=np.float32)
     v = np.empty((num_tokens, mats[V].shape[0]), dtype=np.float32)
-    matvec_into(codes[Q], mats[Q], h, q)
-    matvec_into(codes[K], mats[K], h, k)
-    matvec_into(codes[V], mats[V], h, v)
+    shared_input_matvecs_into(codes, mats, Q, h, (q, k, v))
     q3 = _project_heads(q, biases[Q], norms[Q_NORM], num_heads, head_dim, eps)
     k3 = _project_heads(k, biases[K], norms[K_NORM], num_kv_heads, head_dim, eps)
     v3 = _project_heads(v, biases[V], np.empty(0, dtype=np.float32), num_kv_heads, head_dim, eps)
@@ -116,8 +114,7 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     _norm_rows_into(x, norms[FFN_NORM], eps, h)
     gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
     up = np.empty_like(gate)
-    matvec_into(codes[GATE], mats[GATE], h, gate)
-    matvec_into(codes[UP], mats[UP], h, up)
+    shared_input_matvecs_into(codes, mats, GATE, h, (gate, up))
     flat_gate = gate.reshape(gate.size)  # in place: apply_range stays vectorised
     apply_range(activation, flat_gate, up.reshape(up.size), np.float32(0.0), flat_gate, 0, gate.size)
     matvec_into(codes[DOWN], mats[DOWN], gate, o)

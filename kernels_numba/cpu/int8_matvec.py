@@ -100,8 +100,15 @@ def activation_operands(code, quants, scales, lane_sums, block_sums):
 @njit(cache=True)
 def int8_matvec_into(code, data, x, out):
     """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k])."""
-    k = x.shape[1]
-    quants, scales, lane_sums, block_sums = quantize_activations(x)
+    int8_matvec_quantized_into(code, data, quantize_activations(x), out)
+
+
+@njit(cache=True)
+def int8_matvec_quantized_into(code, data, quantized, out):
+    """int8_matvec_into of activations already quantized (int8_dot.quantize_activations(x)): mat-vecs that share
+    an input quantize it once."""
+    quants, scales, lane_sums, block_sums = quantized
+    k = quants.shape[1]
     if uses_amx(code):  # AMX tiles where the CPU has them: the same for every n, like the dots below
         amx_matvec_into(data, quants, scales, out)
         return

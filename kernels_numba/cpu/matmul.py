@@ -22,15 +22,15 @@ from kernels_numba.cpu import parallel_policy
 from kernels_numba.cpu.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
 from kernels_numba.cpu.blas import find_sgemm
 from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
-from kernels_numba.cpu.int8_dot import INT8_DOT_IS_FAST, round_activations
-from kernels_numba.cpu.int8_matvec import INT8_CODES, int8_matvec_into
+from kernels_numba.cpu.int8_dot import INT8_DOT_IS_FAST, quantize_activations, round_activations
+from kernels_numba.cpu.int8_matvec import INT8_CODES, int8_matvec_into, int8_matvec_quantized_into
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import (CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads,
                                                 use_threads)
 from kernels_numba.cpu.prefetch import prefetch_rows
 from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
 from kernels_numba.cpu.run_layout import run_weights
-from kernels_numba.cpu.run_matvec import run_matvec_into
+from kernels_numba.cpu.run_matvec import run_activations, run_matvec_into, run_matvec_regrouped_into
 from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
@@ -124,6 +124,27 @@ def matvec_into(code, data, x, out):
     matvec_parallel_into(code, data, x, x_sums, out, chunks)
     if not is_parallel:
         set_pool_threads(threads)
+
+
+@njit(cache=True)
+def shared_input_matvecs_into(codes, mats, first, x, outs):
+    """outs[i] = x @ mats[first + i].T for each of outs (matvec_into's results bit for bit), with x quantized to 8
+    bits once and regrouped once per run code in a row (q/k/v and gate/up read one input)."""
+    quantized = quantize_activations(x)
+    quants, scales = quantized[0], quantized[1]
+    regrouped_code = qt.R_Q5_0
+    regrouped = run_activations(regrouped_code, quants[:0], scales[:0])  # typed; filled on first use
+    has_regrouped = False
+    for i in range(len(outs)):
+        code, data = codes[first + i], mats[first + i]
+        if code >= qt.R_Q5_0:
+            if not has_regrouped or code != regrouped_code:
+                regrouped, regrouped_code, has_regrouped = run_activations(code, quants, scales), code, True
+            run_matvec_regrouped_into(code, data, regrouped, outs[i])
+        elif uses_int8_dot(code, x.shape[0]):
+            int8_matvec_quantized_into(code, data, quantized, outs[i])
+        else:
+            matvec_into(code, data, x, outs[i])
 
 
 def _tiled_matmul_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:

@@ -149,9 +149,15 @@ def _parallel_into(code, data, xr, out, chunks):
 def run_matvec_into(code, data, x, out):
     """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
     (x: float32 [n, k])."""
-    n, k = x.shape
     quants, scales, _, _ = quantize_activations(x)
-    xr = run_activations(code, quants, scales)
+    run_matvec_regrouped_into(code, data, run_activations(code, quants, scales), out)
+
+
+@njit(cache=True)
+def run_matvec_regrouped_into(code, data, xr, out):
+    """run_matvec_into of activations already in the run code's layout (run_activations): mat-vecs of one code
+    that share an input regroup it once."""
+    n, k = xr[0].shape
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:

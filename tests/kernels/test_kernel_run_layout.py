@@ -113,3 +113,20 @@ def test_private_bytes_copies_a_mapped_tensor_with_file_reads(tmp_path):
         assert _resident_kib(str(path)) > 0
     plain = np.arange(10, dtype=np.uint8)[::2]  # not a mapping, not contiguous: an ordinary copy
     np.testing.assert_array_equal(private_bytes(plain), plain)
+
+
+@pytest.mark.parametrize("num_tokens", [1, 4, 8, 13])
+def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
+    """The decode layer's q/k/v (and gate/up) quantize their one input once and regroup it once per run code:
+    the same bits as a mat-vec each, whatever mix of run, GGUF-order 8-bit and float types shares the input."""
+    rng = np.random.default_rng(num_tokens)
+    types = [QT.Q5_0, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_0, QT.F16]
+    weights = [random_weight(t, (rows, 256), rng) for t, rows in zip(types, (24, 8, 8, 16, 12, 4))]
+    codes, mats = zip(*(matmul.cpu_operands(w) for w in weights))
+    x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
+    outs = tuple(np.empty((num_tokens, m.shape[0]), np.float32) for m in mats)
+    matmul.shared_input_matvecs_into(codes, mats, 1, x, outs[1:])
+    for code, data, out in zip(codes[1:], mats[1:], outs[1:]):
+        expected = np.empty_like(out)
+        matmul.matvec_into(code, data, x, expected)
+        np.testing.assert_array_equal(out, expected)
