@@ -130,18 +130,22 @@ def matvec_into(code, data, x, out):
 def shared_input_matvecs_into(codes, mats, first, x, outs):
     """outs[i] = x @ mats[first + i].T for each of outs (matvec_into's results bit for bit), with x quantized to 8
     bits once and regrouped once per run code in a row (q/k/v and gate/up read one input)."""
-    quantized = quantize_activations(x)
+    num_tokens = x.shape[0]
+    is_quantized = False
+    for i in range(len(outs)):
+        code = codes[first + i]
+        is_quantized = is_quantized or code >= qt.R_Q5_0 or uses_int8_dot(code, num_tokens)
+    quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
     quants, scales = quantized[0], quantized[1]
-    regrouped_code = qt.R_Q5_0
-    regrouped = run_activations(regrouped_code, quants[:0], scales[:0])  # typed; filled on first use
-    has_regrouped = False
+    regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
+    regrouped = run_activations(qt.R_Q5_0, quants[:0], scales[:0])
     for i in range(len(outs)):
         code, data = codes[first + i], mats[first + i]
         if code >= qt.R_Q5_0:
-            if not has_regrouped or code != regrouped_code:
-                regrouped, regrouped_code, has_regrouped = run_activations(code, quants, scales), code, True
+            if code != regrouped_code:
+                regrouped, regrouped_code = run_activations(code, quants, scales), code
             run_matvec_regrouped_into(code, data, regrouped, outs[i])
-        elif uses_int8_dot(code, x.shape[0]):
+        elif uses_int8_dot(code, num_tokens):
             int8_matvec_quantized_into(code, data, quantized, outs[i])
         else:
             matvec_into(code, data, x, outs[i])

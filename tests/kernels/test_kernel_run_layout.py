@@ -126,6 +126,9 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
     x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
     outs = tuple(np.empty((num_tokens, m.shape[0]), np.float32) for m in mats)
     matmul.shared_input_matvecs_into(codes, mats, 1, x, outs[1:])
+    float_only = np.empty_like(outs[-1])
+    matmul.shared_input_matvecs_into(codes, mats, len(mats) - 1, x, (float_only,))  # F16 alone: no 8-bit dot
+    np.testing.assert_array_equal(float_only, outs[-1])
     for code, data, out in zip(codes[1:], mats[1:], outs[1:]):
         expected = np.empty_like(out)
         matmul.matvec_into(code, data, x, expected)
