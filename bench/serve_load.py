@@ -6,7 +6,10 @@ process (as users run it: the client's threads then do not share the server's GI
 process's CPU time per generated token.
 
     python bench/serve_load.py [--base-url http://127.0.0.1:8080/v1] [--concurrency 1 4 8 16] [--max-tokens 64]
-                               [--threads N]
+                               [--threads N] [--rounds 3]
+
+Each round runs every level in turn; a level's ratio is to the first level of the same round (seconds apart, so
+the drift of a shared machine's speed between them is small), and with several rounds the median per level.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import threading
+from collections import defaultdict
 import time
 import urllib.request
 from pathlib import Path
@@ -133,6 +137,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prefix-tokens", type=int, default=2000, help="shared prefix length (0 = skip)")
     parser.add_argument("--threads", type=int, default=0, help="the local server's --threads (0: its default)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times through the concurrency levels: a shared VM's speed drifts within seconds, so "
+                             "each round's ratios are to its own first level, and the medians are printed")
     args = parser.parse_args()
     import openai
 
@@ -146,21 +153,27 @@ def main() -> int:
         client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=600)
         model = args.model or client.models.list().data[0].id
         one_stream(client, model, "warm up", 2, 0)
-        base = span_base = None
-        for level in args.concurrency:
-            cpu_before = process_cpu_seconds(server.pid) if server else None
-            client_before = process_cpu_seconds(os.getpid())
-            row = run_level(client, model, level, args.max_tokens)
-            client_ms = 1e3 * (process_cpu_seconds(os.getpid()) - client_before) / (level * args.max_tokens)
-            base = base or row["agg_tok_s"]
-            span_base = span_base or row["span_tok_s"]
-            print(f"concurrency {level:3d}: {row['agg_tok_s']:7.2f} tok/s aggregate "
-                  f"({row['agg_tok_s'] / base:4.1f}x; {row['window_seconds']:.1f} s with all streams decoding), "
-                  f"span {row['span_tok_s']:7.2f} ({row['span_tok_s'] / span_base:4.1f}x), "
-                  f"TTFT p50 {row['ttft_p50']:.2f} s, "
-                  f"p99 {row['ttft_p99']:.2f} s{_server_cpu(server, cpu_before, level * args.max_tokens)}, "
-                  f"client CPU {client_ms:.2f} ms/token",
-                  flush=True)
+        ratios: dict[int, list[float]] = defaultdict(list)
+        rates: dict[int, list[float]] = defaultdict(list)
+        for round_number in range(1, args.rounds + 1):
+            base = span_base = None
+            for level in args.concurrency:
+                row = measure_level(client, model, level, args.max_tokens, server)
+                base = base or row["agg_tok_s"]
+                span_base = span_base or row["span_tok_s"]
+                ratios[level].append(row["agg_tok_s"] / base)
+                rates[level].append(row["agg_tok_s"])
+                print(f"round {round_number} concurrency {level:3d}: {row['agg_tok_s']:7.2f} tok/s aggregate "
+                      f"({row['agg_tok_s'] / base:4.2f}x; {row['window_seconds']:.1f} s with all streams decoding), "
+                      f"span {row['span_tok_s']:7.2f} ({row['span_tok_s'] / span_base:4.2f}x), "
+                      f"TTFT p50 {row['ttft_p50']:.2f} s, p99 {row['ttft_p99']:.2f} s{row['server_cpu']}, "
+                      f"client CPU {row['client_ms']:.2f} ms/token", flush=True)
+        if args.rounds > 1:
+            for level in args.concurrency:
+                print(f"median of {args.rounds} rounds, concurrency {level:3d}: "
+                      f"{statistics.median(rates[level]):7.2f} tok/s, {statistics.median(ratios[level]):4.2f}x "
+                      f"the round's first level (range {min(ratios[level]):.2f}-{max(ratios[level]):.2f}x)",
+                      flush=True)
         if args.prefix_tokens:
             cold, warm = prefix_ratio(client, model, args.prefix_tokens)
             print(f"shared {args.prefix_tokens}-token prefix: TTFT cold {cold:.2f} s, cached {warm:.2f} s, "
@@ -170,6 +183,16 @@ def main() -> int:
             server.terminate()
             server.wait(30)
     return 0
+
+
+def measure_level(client, model, level: int, max_tokens: int, server: subprocess.Popen | None) -> dict:
+    """run_level, plus the server's and this client's CPU time per generated token."""
+    cpu_before = process_cpu_seconds(server.pid) if server else None
+    client_before = process_cpu_seconds(os.getpid())
+    row = run_level(client, model, level, max_tokens)
+    row["client_ms"] = 1e3 * (process_cpu_seconds(os.getpid()) - client_before) / (level * max_tokens)
+    row["server_cpu"] = _server_cpu(server, cpu_before, level * max_tokens)
+    return row
 
 
 def _server_cpu(server: subprocess.Popen | None, cpu_before: float | None, num_tokens: int) -> str:

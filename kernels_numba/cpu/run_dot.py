@@ -3,9 +3,11 @@
 For each group of G runs of a row (16; a row's tail 8, then 4) and each token: the lanes start from
 -zero_point * the run's sum of x quants, R/4 vpdpbusd (weights unsigned, x signed) add the run's integer dot into
 its lane, then one convert and one FMA with (weight run scale * x run scale) add the group into the (row, token)'s
-16 float lanes (a tail group's narrower product is added to the low lanes). Q4_K's mins subtract
+16 float lanes (a tail group's narrower product is added to the low lanes; a tail of 4 runs of Q5_0/Q4_0, as
+rows of 640 values end in, folds its 8 narrow slices into 2 full vectors: 2 vpdpbusd a token instead of 8, the
+same integer sums). Q4_K's mins subtract
 dmin * m * (x scale * x run sum), also one FMA per group. The lanes are summed at the end, always as the same
-tree. Integer sums are exact, so the two dependency chains the slices are split into (for latency) change
+tree (vector_ir.lane_totals: the tokens' trees packed side by side). Integer sums are exact, so the two dependency chains the slices are split into (for latency) change
 nothing, and the float operations of a (row, token) are the same whatever tokens share the call: one token gets
 the same bits alone, in a serve batch or in a speculative verify pass.
 
@@ -25,7 +27,7 @@ from numba.extending import intrinsic
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
 from kernels_numba.cpu.run_layout import GROUP_RUNS, ZERO_POINTS
-from kernels_numba.cpu.vector_ir import concat, lane_total, load_half, load_vector, prefetch, row_pointer
+from kernels_numba.cpu.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _F32, _F16 = ir.FloatType(), ir.HalfType()
@@ -79,10 +81,57 @@ def _half_scales(builder, pointer, width):
 
 @dataclass(frozen=True)
 class GroupWeights:
-    """A row's group unpacked: R/4 slices of unsigned quants, the runs' scales and (Q4_K) min factors."""
+    """A row's group unpacked: R/4 slices of unsigned quants, the runs' scales and (Q4_K) min factors. A folded
+    group (FOLDED_WIDTH runs) holds its 8 slices in two 512-bit vectors instead: 128-bit lane m of the first is
+    slice 2m, of the second slice 2m + 1 (as the nibble pairs lie in memory)."""
     slices: list
     scales: ir.Value
     min_factors: ir.Value | None
+    is_folded: bool = False
+
+
+FOLDED_WIDTH = 4  # groups this narrow (a row's tail) fold their 8 slices into 2 full vectors: 2 vpdpbusd a token
+_EVEN_LANES = [16 * lane + i for lane in (0, 2, 4, 6) for i in range(16)]  # 128-bit lanes 0, 2 of a | of b
+_ODD_LANES = [16 * lane + i for lane in (1, 3, 5, 7) for i in range(16)]
+
+
+def _folded_nibbles(builder, group):
+    """The 4 slice pairs of a folded group (at byte 2 * FOLDED_WIDTH) as (even slices, odd slices)."""
+    packed = load_vector(builder, builder.gep(group, [_I64(2 * FOLDED_WIDTH)]), _bytes(16))
+    return [builder.and_(packed, _splat(_bytes(16), 0x0F)), builder.lshr(packed, _splat(_bytes(16), 4))]
+
+
+def _q5_0_folded(builder, group):
+    """_q5_0_group of a FOLDED_WIDTH group, folded: the fifth bits of slices 2m (2m + 1) are 16-bit words 2m
+    (2m + 1) of the 8 x 2 bytes, word m of the even (odd) mask."""
+    slices = _folded_nibbles(builder, group)
+    words = load_vector(builder, builder.gep(group, [_I64(18 * FOLDED_WIDTH)]), ir.VectorType(ir.IntType(16), 8))
+    sixteens, zeros = _splat(_bytes(16), 16), _splat(_bytes(16), 0)
+    for parity in range(2):
+        picked = builder.shuffle_vector(words, words, ir.Constant(_ints(4), [2 * m + parity for m in range(4)]))
+        bits = builder.bitcast(picked, ir.VectorType(_I1, 64))
+        slices[parity] = builder.or_(slices[parity], builder.select(bits, sixteens, zeros))
+    return GroupWeights(slices, _half_scales(builder, group, FOLDED_WIDTH), None, True)
+
+
+def _q4_0_folded(builder, group):
+    return GroupWeights(_folded_nibbles(builder, group), _half_scales(builder, group, FOLDED_WIDTH), None, True)
+
+
+def _folded_run_dots(builder, dot_lanes, weights, x_values, starts):
+    """The FOLDED_WIDTH runs' integer dots (+ starts) of a folded group with one token's x slices at x_values:
+    x's 8 slices of 16 bytes regrouped like the weights' (even, odd), 2 vpdpbusd into 16 lanes (lane 4m + r:
+    run r over slice pair m), then lanes 4m + r summed over m. Integer sums: the same values as 8 narrow dots."""
+    first, second = (load_vector(builder, builder.gep(x_values, [_I64(64 * h)]), _bytes(16)) for h in range(2))
+    lanes = ir.Constant(_ints(16), None)
+    for w_slices, order in zip(weights.slices, (_EVEN_LANES, _ODD_LANES)):
+        x_slices = builder.shuffle_vector(first, second, ir.Constant(_ints(64), order))
+        lanes = dot_lanes(builder, lanes, w_slices, x_slices)
+    for count in (8, 4):
+        low = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(count), list(range(count))))
+        high = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(count), list(range(count, 2 * count))))
+        lanes = builder.add(low, high)
+    return builder.add(lanes, starts)
 
 
 def _q5_0_group(builder, group, width):
@@ -142,6 +191,7 @@ class RunFormat:
     unpack: Callable  # (builder, group pointer, width) -> GroupWeights
     widths: tuple  # the group widths a row can have
     has_mins: bool = False  # Q4_K: values d * sc * q - dmin * m
+    unpack_folded: Callable | None = None  # (builder, group pointer) -> folded GroupWeights of a FOLDED_WIDTH group
 
     @property
     def num_slices(self):
@@ -149,8 +199,10 @@ class RunFormat:
 
 
 RUN_FORMATS = {
-    qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4)),
-    qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4)),
+    qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4),
+                         unpack_folded=_q5_0_folded),
+    qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4),
+                         unpack_folded=_q4_0_folded),
     qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True),
     qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
 }
@@ -166,20 +218,51 @@ def _pad(builder, vector):
     return _pad(builder, wide)
 
 
+def _token_pointers(context, builder, x_types, x_arrays, first_token, num_tokens):
+    """Per token t: (quants byte pointer, scales float*, starts int*, sums float*) of token first_token + t."""
+    pointers = []
+    for t in range(num_tokens):
+        token = builder.add(first_token, _I64(t))
+        quants = row_pointer(context, builder, x_types[0], x_arrays[0], token)
+        others = [builder.bitcast(row_pointer(context, builder, array_type, array, token), element.as_pointer())
+                  for array_type, array, element in zip(x_types[1:], x_arrays[1:], (_F32, _I32, _F32))]
+        pointers.append((quants, *others))
+    return pointers
+
+
 def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, signature, args):
     arg_types = signature.args
     data, rows, x_arrays, first_token, prefetch_bytes = args[0], args[1:5], args[5:9], args[9], args[10]
     row_pointers = [row_pointer(context, builder, arg_types[0], data, row) for row in rows[:num_rows]]
-
-    def token_pointers(t):
-        token = builder.add(first_token, _I64(t))
-        quants = row_pointer(context, builder, arg_types[5], x_arrays[0], token)
-        others = [builder.bitcast(row_pointer(context, builder, array_type, array, token), element.as_pointer())
-                  for array_type, array, element in zip(arg_types[6:9], x_arrays[1:], (_F32, _I32, _F32))]
-        return quants, *others
-
-    xs = [token_pointers(t) for t in range(num_tokens)]
+    xs = _token_pointers(context, builder, arg_types[5:9], x_arrays, first_token, num_tokens)
     num_runs = builder.extract_value(context.make_array(arg_types[6])(context, builder, x_arrays[1]).shape, 1)
+    totals = _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes)
+    return context.make_tuple(builder, signature.return_type, totals)
+
+
+def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signature, args):
+    """out[first_token + t, row] for rows first_row..stop_row-1, one row at a time (the token pointers once)."""
+    arg_types = signature.args
+    data, first_row, stop_row, x_arrays, first_token, out, prefetch_bytes = (
+        args[0], args[1], args[2], args[3:7], args[7], args[8], args[9])
+    xs = _token_pointers(context, builder, arg_types[3:7], x_arrays, first_token, num_tokens)
+    num_runs = builder.extract_value(context.make_array(arg_types[4])(context, builder, x_arrays[1]).shape, 1)
+    out_rows = [row_pointer(context, builder, arg_types[8], out, builder.add(first_token, _I64(t)))
+                for t in range(num_tokens)]
+    out_stride = builder.extract_value(context.make_array(arg_types[8])(context, builder, out).strides, 1)
+    with cgutils.for_range(builder, builder.sub(stop_row, first_row)) as loop:
+        row = builder.add(first_row, loop.index)
+        row_pointers = [row_pointer(context, builder, arg_types[0], data, row)]
+        totals = _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes)
+        for t, total in enumerate(totals):
+            element = builder.gep(out_rows[t], [builder.mul(row, out_stride)])
+            builder.store(total, builder.bitcast(element, _F32.as_pointer()))
+    return context.get_dummy_value()
+
+
+def _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes):
+    """The dots of the rows at row_pointers with the tokens xs: [token][row] flattened, token-major."""
+    num_rows, num_tokens = len(row_pointers), len(xs)
     zero16 = ir.Constant(_floats(16), None)
     accumulators = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
     min_totals = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
@@ -193,16 +276,23 @@ def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, si
             group = builder.gep(row, [byte_offset])
             for line in range(0, group_bytes, _CACHE_LINE):
                 prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
-            weights = run_format.unpack(builder, group, width)
+            if width == FOLDED_WIDTH and run_format.unpack_folded is not None:
+                weights = run_format.unpack_folded(builder, group)
+            else:
+                weights = run_format.unpack(builder, group, width)
             for t, (quants, scales, starts, sums) in enumerate(xs):
                 x_values = builder.gep(quants, [value_offset])
-                chains = [load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
-                          if run_format.zero_point else ir.Constant(_ints(width), None),
-                          ir.Constant(_ints(width), None)]
-                for j, w_slice in enumerate(weights.slices):
-                    x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
-                    chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
-                run_dots = builder.sitofp(builder.add(chains[0], chains[1]), _floats(width))
+                run_starts = (load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
+                              if run_format.zero_point else ir.Constant(_ints(width), None))
+                if weights.is_folded:
+                    run_ints = _folded_run_dots(builder, dot_lanes, weights, x_values, run_starts)
+                else:
+                    chains = [run_starts, ir.Constant(_ints(width), None)]
+                    for j, w_slice in enumerate(weights.slices):
+                        x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
+                        chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
+                    run_ints = builder.add(chains[0], chains[1])
+                run_dots = builder.sitofp(run_ints, _floats(width))
                 x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
                 run_scales = builder.fmul(weights.scales, x_scales)
                 acc = accumulators[r][t]
@@ -234,10 +324,13 @@ def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, si
         runs_done = builder.select(has_group, builder.add(runs_done, _I64(width)), runs_done)
         bytes_done = builder.select(has_group, builder.add(bytes_done, _I64(run_format.group_bytes(width))),
                                     bytes_done)
-    totals = [builder.fsub(lane_total(builder, builder.load(accumulators[r][t])),
-                           lane_total(builder, builder.load(min_totals[r][t])))
-              for t in range(num_tokens) for r in range(num_rows)]
-    return context.make_tuple(builder, signature.return_type, totals)
+    order = [(r, t) for t in range(num_tokens) for r in range(num_rows)]
+    dot_totals = lane_totals(builder, [builder.load(accumulators[r][t]) for r, t in order])
+    if not run_format.has_mins:
+        return dot_totals
+    min_sums = lane_totals(builder, [builder.load(min_totals[r][t]) for r, t in order])
+    totals = [builder.fsub(total, min_sum) for total, min_sum in zip(dot_totals, min_sums)]
+    return totals
 
 
 def _vnni_where_available(context):
@@ -268,3 +361,26 @@ def dots_intrinsic(code, num_rows, num_tokens, choose_dot_lanes=_vnni_where_avai
                             prefetch_bytes), codegen)
 
     return dots
+
+
+def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available):
+    """Dots of rows first_row..stop_row-1 of run code `code` x num_tokens tokens, written to out[token, row]."""
+    run_format = RUN_FORMATS[code]
+
+    @intrinsic
+    def row_range_dots(typingctx, data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums, first_token, out,
+                       prefetch_bytes):
+        """out[first_token + t, r] = dot(row r of data, x[first_token + t]) for first_row <= r < stop_row, t <
+        num_tokens: as dots_intrinsic's, the same operations per (row, token) (out: float32 [n, rows])."""
+        if not (isinstance(data, types.Array) and data.ndim == 2 and isinstance(out, types.Array) and out.ndim == 2
+                and out.dtype == types.float32):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return _emit_row_range(run_format, num_tokens, choose_dot_lanes(context), context, builder, signature,
+                                   args)
+
+        return (types.void(data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums, first_token, out,
+                           prefetch_bytes), codegen)
+
+    return row_range_dots

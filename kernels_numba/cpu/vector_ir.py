@@ -61,6 +61,34 @@ def lane_total(builder, lanes):
     return builder.extract_element(lanes, I32(0))
 
 
+def lane_totals(builder, vectors):
+    """[lane_total(v) for v in vectors], the same tree, bit for bit, with the vectors' lanes packed together: at
+    each level two vectors' halves share one add (a power-of-two count of up to 16 vectors of 16 lanes, ~3 ops a
+    vector instead of 8)."""
+    count = len(vectors)
+    if count == 1 or count & (count - 1) or count > 16 or any(v.type.count != 16 for v in vectors):
+        return [lane_total(builder, v) for v in vectors]
+    width = 16  # lanes a vector's partial sums span; packed[i] holds 16 // width vectors' partials side by side
+    packed = list(vectors)
+    while width > 1:
+        half = width // 2
+        segments = 16 // width  # vectors per packed vector
+        merged = []
+        for a, b in zip(packed[0::2], packed[1::2]) if len(packed) > 1 else [(packed[0], packed[0])]:
+            # lane i of the result: segment s of a (s < segments) or of b, low or high half, lane j of the half
+            low = [(0 if s < segments else 16) + (s % segments) * width + j for s in range(2 * segments)
+                   for j in range(half)]
+            high = [index + half for index in low]
+            lanes = ir.VectorType(I32, 16)
+            merged.append(builder.fadd(builder.shuffle_vector(a, b, ir.Constant(lanes, low)),
+                                       builder.shuffle_vector(a, b, ir.Constant(lanes, high))))
+        packed, width = merged, half
+    totals = []  # the packed vectors now hold the totals in order (a lone one repeats them past `count`)
+    for vector in packed:
+        totals += [builder.extract_element(vector, I32(i)) for i in range(16)]
+    return totals[:count]
+
+
 def memory_barrier(builder):
     """An empty asm that may touch any memory: loads after it are not merged with loads before it, so a value
     read from memory again is not kept in a register across it (the loads fold into their users)."""

@@ -56,12 +56,15 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
-@pytest.mark.parametrize("ggml_type", [QT.Q5_0, QT.Q4_K, QT.Q6_K])
-def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type):
+@pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 512), (QT.Q5_0, 640), (QT.Q4_0, 384), (QT.Q4_K, 512),
+                                          (QT.Q6_K, 512)])
+def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
+    """Every pass shape (one token, 8 tokens a row at a time, 2 rows x 4 tokens), the folded tail groups of 4 runs
+    (k = 640, 384) included."""
     rng = np.random.default_rng(3)
-    w = random_weight(ggml_type, (37, 512), rng)  # 37 rows: a last row group of one
+    w = random_weight(ggml_type, (37, k), rng)  # 37 rows: a last row group of one
     runs = run_weights(w)
-    x = rng.standard_normal((TOKEN_TILE + 9, 512)).astype(np.float32)
+    x = rng.standard_normal((TOKEN_TILE + 9, k)).astype(np.float32)
     alone = np.empty((x.shape[0], 37), np.float32)
     for t in range(x.shape[0]):
         run_matvec_into(runs.code, runs.data, x[t:t + 1], alone[t:t + 1])
