@@ -10,9 +10,10 @@ together, Q4_K 36 MB 6.46 -> 4.73 ms), the row bytes staying in L1 between passe
 IR in every pass, so results do not depend on the batch.
 
 The one-row passes loop over their rows inside the IR (run_dot.row_range_intrinsic: the token pointers once per
-call, not once per row), and a decode step of exactly 1 or 8 tokens runs its whole span of rows in one such call.
-Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640 1 token 1.77x faster, 8 tokens
-1.40x; Q6_K 640x2048 1.37x / 1.19x; Q4_K 640x1024 1.54x / 1.27x.
+call, not once per row). Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640
+1 token 1.77x faster, 8 tokens 1.40x; Q6_K 640x2048 1.37x / 1.19x; Q4_K 640x1024 1.54x / 1.27x. A decode batch
+(under SPAN_PASS_TOKENS) sweeps its whole span of rows once per pass of 8, 4, 2 and 1 tokens, one row at a time;
+against the row groups' passes (2 x 4 tokens): 4 tokens 1.18-1.33x, 5 tokens 1.17-1.24x, 12 tokens 1.01-1.15x.
 """
 import numpy as np
 from numba import njit, prange
@@ -61,7 +62,8 @@ def _dispatch_range(num_tokens):
     return row_range
 
 
-_rows1, _rows8 = _dispatch_range(1), _dispatch_range(8)  # one row at a time: 1 token, 8 tokens
+_rows1, _rows2, _rows4, _rows8 = (_dispatch_range(n) for n in (1, 2, 4, 8))  # one row at a time, n tokens
+SPAN_PASS_TOKENS = 16  # below this many tokens (decode batches), passes of 8, 4, 2, 1 each sweep the whole span
 
 
 # per run code, in the order of quant_type's run codes (R_Q5_0 first): tuples numba reads as constants
@@ -145,14 +147,28 @@ def _group_tokens_into(code, data, xr, out, group, first_token, stop_token):
 
 
 @njit(cache=True)
+def _span_passes_into(code, data, xr, out, first_row, stop_row, num_tokens):
+    """A decode batch: passes of 8, 4, 2 and 1 tokens, each over rows first_row..stop_row-1 in one call."""
+    t = 0
+    while t + 8 <= num_tokens:
+        _rows8(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
+        t += 8
+    if t + 4 <= num_tokens:
+        _rows4(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
+        t += 4
+    if t + 2 <= num_tokens:
+        _rows2(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
+        t += 2
+    if t < num_tokens:
+        _rows1(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
+
+
+@njit(cache=True)
 def _groups_into(code, data, xr, out, first_group, stop_group):
     num_tokens = xr[0].shape[0]
     first_row, stop_row = first_group * ROWS_PER_GROUP, min(data.shape[0], stop_group * ROWS_PER_GROUP)
-    if num_tokens == 1:  # a decode step's one pass: every row of the span in one call
-        _rows1(code, data, first_row, stop_row, xr, 0, out, PREFETCH_BYTES)
-        return
-    if num_tokens == 8:
-        _rows8(code, data, first_row, stop_row, xr, 0, out, PREFETCH_BYTES)
+    if num_tokens < SPAN_PASS_TOKENS:
+        _span_passes_into(code, data, xr, out, first_row, stop_row, num_tokens)
         return
     for first_token in range(0, num_tokens, TOKEN_TILE):
         stop_token = min(num_tokens, first_token + TOKEN_TILE)
