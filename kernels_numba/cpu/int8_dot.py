@@ -32,6 +32,7 @@ from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.half import bits_to_float32
+from kernels_numba.cpu.quantize_ir import block_abs_max_bits, quantize_block_into
 from kernels_numba.cpu.vector_ir import (broadcast_runs, concat, lane_total, load_half, load_vector, memory_barrier,
                                          prefetch, row_pointer)
 
@@ -450,6 +451,12 @@ def _block_scale(x, t, first):
     amax_bits = 0
     for j in range(bits.size):
         amax_bits = max(amax_bits, bits[j] & _ABS_BITS)
+    return _scale_of_abs_max_bits(amax_bits)
+
+
+@njit(cache=True, inline="always")
+def _scale_of_abs_max_bits(amax_bits):
+    """_block_scale's (scale, 1/scale) from a block's max |x| bits (quantize_ir.block_abs_max_bits)."""
     if amax_bits >= _INF_BITS:
         return np.float32(np.nan), np.float32(0.0)
     scale = bits_to_float32(amax_bits) / np.float32(127.0)
@@ -467,22 +474,17 @@ def quantize_activations_into(x, quants, scales, lane_sums, block_sums):
     32: scale = max|x| / 127, quants rounded to nearest), lane_sums int32 [n, k/4] = sums of 4 quants in a row,
     block_sums float32 [n, k/32] = scale * the sum of the block's quants (for the K-quants' mins)."""
     for t in range(x.shape[0]):
+        # contiguous rows for the block IR (a no-op for C arrays, a copy of a strided row)
+        row, row_quants, row_lane_sums = (np.ascontiguousarray(x[t]), np.ascontiguousarray(quants[t]),
+                                          np.ascontiguousarray(lane_sums[t]))
         for block in range(x.shape[1] // BLOCK_VALUES):
             first = block * BLOCK_VALUES
-            scale, inverse = _block_scale(x, t, first)
+            scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
             scales[t, block] = scale
-            for j in range(BLOCK_VALUES):
-                quants[t, first + j] = _quant(x[t, first + j], inverse)
-        for lane in range(x.shape[1] // LANE_VALUES):
-            total = np.int32(0)
-            for j in range(LANE_VALUES):
-                total += np.int32(quants[t, lane * LANE_VALUES + j])
-            lane_sums[t, lane] = total
-        for block in range(x.shape[1] // BLOCK_VALUES):
-            total = np.int32(0)
-            for lane in range(block * 8, block * 8 + 8):
-                total += lane_sums[t, lane]
-            block_sums[t, block] = scales[t, block] * np.float32(total)
+            total = quantize_block_into(row, first, inverse, row_quants, row_lane_sums)
+            block_sums[t, block] = scale * np.float32(total)
+        quants[t] = row_quants  # written through already when quants[t] was contiguous
+        lane_sums[t] = row_lane_sums
 
 
 @njit(cache=True)

@@ -26,7 +26,11 @@ BUILD_TIMEOUT_S = 1200
 TEST_BUILD_ENV = {"PYINSTALLER_ZLIB_COMPRESSION_LEVEL": "1"}
 # the job takes the cores only when the suite leaves them idle: beside a busy process each barrier of the suite's
 # 2-thread numba regions waits for a time slice (measured: one server test 15 s alone, 80 s beside the build)
-NICE = ["nice", "-n", "19"] if shutil.which("nice") else []
+# the background job starts its processes with the Popen of import time: a test that patches subprocess (the
+# wheel-pull tests refuse every subprocess) while the job runs must not fail the job's build or runs
+_POPEN = subprocess.Popen
+
+NICE = [shutil.which("nice"), "-n", "19"] if shutil.which("nice") else []  # absolute: tests may patch PATH
 
 
 @dataclass
@@ -159,7 +163,7 @@ class FrozenBinaryJob:
 
     def _start(self, command: list[str], **popen_kwargs) -> subprocess.Popen:
         niced = [] if self._is_awaited else NICE
-        process = self._process = subprocess.Popen(niced + command, start_new_session=True, **popen_kwargs)
+        process = self._process = _POPEN(niced + command, start_new_session=True, **popen_kwargs)
         if self._stopping:
             kill_group(process)
         return process

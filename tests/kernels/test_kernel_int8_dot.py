@@ -51,6 +51,20 @@ def test_activation_quantization_matches_the_reference():
     assert np.abs(quants).max() == 127 and scales[1, 1] == 0
 
 
+def test_activation_quantization_of_strided_arrays_matches_contiguous():
+    """The block IR reads and writes rows in place; strided rows go through contiguous copies."""
+    x = np.random.default_rng(2).standard_normal((3, 128)).astype(np.float32)
+    wide = np.zeros((3, 256), np.float32)
+    wide[:, ::2] = x
+    outputs = (np.zeros((3, 256), np.int8), np.zeros((3, 4), np.float32), np.zeros((3, 64), np.int32),
+               np.zeros((3, 4), np.float32))
+    strided = (outputs[0][:, ::2], outputs[1], outputs[2][:, ::2], outputs[3])
+    int8_dot.quantize_activations_into(wide[:, ::2], *strided)
+    for got, expected in zip(strided, _quantized(x)):
+        np.testing.assert_array_equal(got, expected)
+    assert not outputs[0][:, 1::2].any() and not outputs[2][:, 1::2].any()  # the gaps untouched
+
+
 def test_activation_scales_of_special_values():
     """max|x| is taken on the float bits: -0, subnormals and huge finite values give the reference's scale, and a
     block holding nan or +-inf gets a nan scale (its dots become nan, as float math would)."""
