@@ -13,6 +13,7 @@ from numba import njit, prange
 
 from kernels_numba.cpu.fast_exp import exp_f32
 from kernels_numba.cpu.parallel_policy import use_threads
+from kernels_numba.cpu.vector_max import chunked_max
 
 DRAW_BLOCK = 1024  # weights summed per block sum; the draw makes one block's weights again
 LOWEST_EXPONENT = np.float32(-87.3)  # exp_f32's floor: weights below exp(-87.3) ~ 1e-38 of the largest are 0
@@ -21,21 +22,14 @@ NO_TOKEN = -1  # a row with a NaN or +inf logit, or every logit -inf
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def row_max(row):
-    """The largest value of row (NaN ignored), in 8 independent running maxima that vectorise."""
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = row[0]
-    num_full = row.size // 8 * 8
-    for i in range(0, num_full, 8):
-        m0 = row[i] if row[i] > m0 else m0
-        m1 = row[i + 1] if row[i + 1] > m1 else m1
-        m2 = row[i + 2] if row[i + 2] > m2 else m2
-        m3 = row[i + 3] if row[i + 3] > m3 else m3
-        m4 = row[i + 4] if row[i + 4] > m4 else m4
-        m5 = row[i + 5] if row[i + 5] > m5 else m5
-        m6 = row[i + 6] if row[i + 6] > m6 else m6
-        m7 = row[i + 7] if row[i + 7] > m7 else m7
-    for i in range(num_full, row.size):
-        m0 = row[i] if row[i] > m0 else m0
-    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+    """The largest value of row, NaN ignored (not finite when every value is NaN): vector_max.chunked_max over
+    the whole chunks, the few values after them here."""
+    values = np.ascontiguousarray(row)
+    top, num_full = chunked_max(values)
+    for i in range(num_full, values.size):
+        if values[i] > top or top != top:
+            top = values[i]
+    return top
 
 
 # contract: FMAs in exp_f32's range reduction and polynomial (as accurate or more); no reassociation, which could

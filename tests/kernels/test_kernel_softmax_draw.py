@@ -78,3 +78,26 @@ def test_draws_are_exact_softmax_samples(temperature):
     statistic = ((observed - expected) ** 2 / expected).sum()
     assert statistic < _chi_square_limit(observed.size - 1)
     assert likely.sum() > 50  # the test has many bins to fail on
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_max_is_nanmax_over_chunks_and_tail(dtype):
+    from kernels_numba.cpu.softmax_draw import row_max
+    rng = np.random.default_rng(11)
+    for size in (1, 5, 63, 64, 65, 200, 1031):
+        row = rng.standard_normal(size).astype(dtype)
+        row[rng.integers(0, size, max(1, size // 10))] = np.nan
+        if size > 3:
+            row[-1] = np.nan  # in the tail
+            row[size // 2] = 7.5  # the max: in a chunk, or in the tail of a short row
+        expected = np.nanmax(row) if not np.isnan(row).all() else None
+        got = row_max(row)
+        if expected is None:
+            assert not np.isfinite(got)
+        else:
+            assert got == expected
+        assert row_max(row[::-1].copy()) == row_max(row) or expected is None
+    assert row_max(np.full(130, -np.inf, dtype)) == -np.inf
+    assert not np.isfinite(row_max(np.full(130, np.nan, dtype)))
+    strided = np.arange(300, dtype=dtype)[::3]  # a view: copied to a contiguous row first
+    assert row_max(strided) == 297
