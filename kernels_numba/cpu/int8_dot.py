@@ -435,28 +435,13 @@ q6_k_dot4_portable, q6_k_dot4x4_portable = _dot_pair("Q6_K", _portable)
 q4_k_dot4_portable, q4_k_dot4x4_portable = _dot_pair("Q4_K", _portable)
 
 
-_ABS_BITS = 0x7FFFFFFF
 _INF_BITS = 0x7F800000  # |x| bits at or above: inf or nan
 
 
 @njit(cache=True, inline="always")
-def _block_scale(x, t, first):
-    """(scale, 1/scale) of x[t, first:first + 32]: max|x| / 127; nan (and 0) when the block holds inf or nan, so
-    its dots become nan as float math would.
-
-    max|x| is taken on the values' bits: for finite floats |a| < |b| exactly when bits(|a|) < bits(|b|), and an
-    integer max vectorises where a float one (with its NaN rules) or the float running sum this test used to keep
-    stayed one dependency chain a block (16 us of quantize_activations at 8 x 640 values)."""
-    bits = x[t].view(np.int32)[first:first + BLOCK_VALUES]
-    amax_bits = 0
-    for j in range(bits.size):
-        amax_bits = max(amax_bits, bits[j] & _ABS_BITS)
-    return _scale_of_abs_max_bits(amax_bits)
-
-
-@njit(cache=True, inline="always")
 def _scale_of_abs_max_bits(amax_bits):
-    """_block_scale's (scale, 1/scale) from a block's max |x| bits (quantize_ir.block_abs_max_bits)."""
+    """A block's (scale, 1/scale) from its max |x| bits (quantize_ir.block_abs_max_bits): max|x| / 127; nan (and
+    0) when the block holds inf or nan, so its dots become nan as float math would."""
     if amax_bits >= _INF_BITS:
         return np.float32(np.nan), np.float32(0.0)
     scale = bits_to_float32(amax_bits) / np.float32(127.0)
@@ -522,9 +507,10 @@ def round_activations(x):
     and a decode step (int8 dots) see the same activations."""
     rounded = np.empty_like(x)
     for t in range(x.shape[0]):
+        row = np.ascontiguousarray(x[t])  # for the block IR: a no-op for C arrays
         for block in range(x.shape[1] // BLOCK_VALUES):
             first = block * BLOCK_VALUES
-            scale, inverse = _block_scale(x, t, first)
+            scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
             for j in range(BLOCK_VALUES):
                 rounded[t, first + j] = np.float32(_quant(x[t, first + j], inverse)) * scale
     return rounded

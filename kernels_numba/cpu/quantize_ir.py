@@ -12,7 +12,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.vector_ir import I8, I32, load_vector
+from kernels_numba.cpu.vector_ir import I8, I32, data_pointer, is_contiguous_1d, load_vector
 
 BLOCK_VALUES = 32
 LANE_VALUES = 4
@@ -21,29 +21,21 @@ _FLOATS = ir.VectorType(_F32, BLOCK_VALUES)
 _INTS = ir.VectorType(I32, BLOCK_VALUES)
 _BYTES = ir.VectorType(I8, BLOCK_VALUES)
 _LANES = ir.VectorType(I32, BLOCK_VALUES // LANE_VALUES)
-
-
-def _data_pointer(context, builder, array_type, array, element_type):
-    return builder.bitcast(context.make_array(array_type)(context, builder, array).data, element_type.as_pointer())
-
-
-def _is_contiguous(array_type, dtype, ndim=1):
-    return isinstance(array_type, types.Array) and array_type.ndim == ndim and array_type.layout == "C" \
-        and array_type.dtype == dtype
+ABS_BITS = 0x7FFFFFFF  # a float's bits less its sign
 
 
 @intrinsic
 def block_abs_max_bits(typingctx, values, first):
     """max over j < 32 of bits(values[first + j]) & 0x7fffffff (int32): for finite floats |a| < |b| exactly when
     their bits so compare; an inf or NaN gives >= 0x7f800000. values: 1-D contiguous float32, unchecked bounds."""
-    if not (_is_contiguous(values, types.float32) and isinstance(first, types.Integer)):
+    if not (is_contiguous_1d(values, (types.float32,)) and isinstance(first, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
         start = context.cast(builder, args[1], signature.args[1], types.int64)
-        block = builder.gep(_data_pointer(context, builder, signature.args[0], args[0], _F32), [start])
+        block = builder.gep(data_pointer(context, builder, signature.args[0], args[0], _F32), [start])
         bits = builder.and_(load_vector(builder, block, _INTS, align=4),
-                            ir.Constant(_INTS, [0x7FFFFFFF] * BLOCK_VALUES))
+                            ir.Constant(_INTS, [ABS_BITS] * BLOCK_VALUES))
         reduce_max = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I32, [_INTS]),
                                                     "llvm.vector.reduce.smax.v32i32")
         return builder.call(reduce_max, [bits])
@@ -56,8 +48,8 @@ def quantize_block_into(typingctx, values, first, inverse, quants, lane_sums):
     """quants[first + j] = int8(rint(values[first + j] * inverse)) for j < 32, lane_sums[first / 4 + i] = the sum of
     quants first + 4i .. first + 4i + 3; returns the 32 quants' sum (int32). values float32, quants int8, lane_sums
     int32: 1-D contiguous arrays, unchecked bounds."""
-    if not (_is_contiguous(values, types.float32) and _is_contiguous(quants, types.int8)
-            and _is_contiguous(lane_sums, types.int32) and isinstance(first, types.Integer)
+    if not (is_contiguous_1d(values, (types.float32,)) and is_contiguous_1d(quants, (types.int8,))
+            and is_contiguous_1d(lane_sums, (types.int32,)) and isinstance(first, types.Integer)
             and isinstance(inverse, types.Float)):
         return None
 
@@ -65,7 +57,7 @@ def quantize_block_into(typingctx, values, first, inverse, quants, lane_sums):
         values_arg, first_arg, inverse_arg, quants_arg, sums_arg = args
         start = context.cast(builder, first_arg, signature.args[1], types.int64)
         scale = context.cast(builder, inverse_arg, signature.args[2], types.float32)
-        block = builder.gep(_data_pointer(context, builder, signature.args[0], values_arg, _F32), [start])
+        block = builder.gep(data_pointer(context, builder, signature.args[0], values_arg, _F32), [start])
         loaded = load_vector(builder, block, _FLOATS, align=4)
         splat = builder.shuffle_vector(builder.insert_element(ir.Constant(_FLOATS, ir.Undefined), scale, I32(0)),
                                        ir.Constant(_FLOATS, ir.Undefined), ir.Constant(_INTS, [0] * BLOCK_VALUES))
@@ -73,7 +65,7 @@ def quantize_block_into(typingctx, values, first, inverse, quants, lane_sums):
                                               "llvm.rint.v32f32")
         ints = builder.fptosi(builder.call(rint, [builder.fmul(loaded, splat)]), _INTS)
         quant_bytes = builder.trunc(ints, _BYTES)
-        out = builder.gep(_data_pointer(context, builder, signature.args[3], quants_arg, I8), [start])
+        out = builder.gep(data_pointer(context, builder, signature.args[3], quants_arg, I8), [start])
         builder.store(quant_bytes, builder.bitcast(out, _BYTES.as_pointer()), align=1)
         ints = builder.sext(quant_bytes, _INTS)  # the sums of the stored quants (a NaN's conversion included)
         parts = [builder.shuffle_vector(ints, ints, ir.Constant(_LANES, [LANE_VALUES * lane + j
@@ -81,7 +73,7 @@ def quantize_block_into(typingctx, values, first, inverse, quants, lane_sums):
                  for j in range(LANE_VALUES)]
         lanes = builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
         lane_start = builder.udiv(start, ir.Constant(start.type, LANE_VALUES))
-        sums_out = builder.gep(_data_pointer(context, builder, signature.args[4], sums_arg, I32), [lane_start])
+        sums_out = builder.gep(data_pointer(context, builder, signature.args[4], sums_arg, I32), [lane_start])
         builder.store(lanes, builder.bitcast(sums_out, _LANES.as_pointer()), align=4)
         total = builder.extract_element(lanes, I32(0))
         for lane in range(1, _LANES.count):

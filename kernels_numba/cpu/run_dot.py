@@ -230,16 +230,6 @@ def _token_pointers(context, builder, x_types, x_arrays, first_token, num_tokens
     return pointers
 
 
-def _emit_dots(run_format, num_rows, num_tokens, dot_lanes, context, builder, signature, args):
-    arg_types = signature.args
-    data, rows, x_arrays, first_token, prefetch_bytes = args[0], args[1:5], args[5:9], args[9], args[10]
-    row_pointers = [row_pointer(context, builder, arg_types[0], data, row) for row in rows[:num_rows]]
-    xs = _token_pointers(context, builder, arg_types[5:9], x_arrays, first_token, num_tokens)
-    num_runs = builder.extract_value(context.make_array(arg_types[6])(context, builder, x_arrays[1]).shape, 1)
-    totals = _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes)
-    return context.make_tuple(builder, signature.return_type, totals)
-
-
 def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signature, args):
     """out[first_token + t, row] for rows first_row..stop_row-1, one row at a time (the token pointers once)."""
     arg_types = signature.args
@@ -252,63 +242,61 @@ def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signatu
     out_stride = builder.extract_value(context.make_array(arg_types[8])(context, builder, out).strides, 1)
     with cgutils.for_range(builder, builder.sub(stop_row, first_row)) as loop:
         row = builder.add(first_row, loop.index)
-        row_pointers = [row_pointer(context, builder, arg_types[0], data, row)]
-        totals = _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes)
+        totals = _row_dots(run_format, row_pointer(context, builder, arg_types[0], data, row), xs, num_runs,
+                           dot_lanes, builder, prefetch_bytes)
         for t, total in enumerate(totals):
             element = builder.gep(out_rows[t], [builder.mul(row, out_stride)])
             builder.store(total, builder.bitcast(element, _F32.as_pointer()))
     return context.get_dummy_value()
 
 
-def _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefetch_bytes):
-    """The dots of the rows at row_pointers with the tokens xs: [token][row] flattened, token-major."""
-    num_rows, num_tokens = len(row_pointers), len(xs)
+def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes):
+    """The dots of the row at `row` with each token of xs."""
     zero16 = ir.Constant(_floats(16), None)
-    accumulators = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
-    min_totals = [[cgutils.alloca_once_value(builder, zero16) for _ in range(num_tokens)] for _ in row_pointers]
+    accumulators = [cgutils.alloca_once_value(builder, zero16) for _ in xs]
+    min_totals = [cgutils.alloca_once_value(builder, zero16) for _ in xs]
 
     def group_step(first_run, byte_offset, width):
-        """The group of `width` runs starting at run first_run (byte_offset into each row); its lines
+        """The group of `width` runs starting at run first_run (byte_offset into the row); its lines
         prefetch_bytes further on in the row stream are prefetched (0: these, already in L1, for later tokens)."""
         group_bytes = run_format.group_bytes(width)
         value_offset = builder.mul(first_run, _I64(run_format.run_values))
-        for r, row in enumerate(row_pointers):
-            group = builder.gep(row, [byte_offset])
-            for line in range(0, group_bytes, _CACHE_LINE):
-                prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
-            if width == FOLDED_WIDTH and run_format.unpack_folded is not None:
-                weights = run_format.unpack_folded(builder, group)
+        group = builder.gep(row, [byte_offset])
+        for line in range(0, group_bytes, _CACHE_LINE):
+            prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
+        if width == FOLDED_WIDTH and run_format.unpack_folded is not None:
+            weights = run_format.unpack_folded(builder, group)
+        else:
+            weights = run_format.unpack(builder, group, width)
+        for t, (quants, scales, starts, sums) in enumerate(xs):
+            x_values = builder.gep(quants, [value_offset])
+            run_starts = (load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
+                          if run_format.zero_point else ir.Constant(_ints(width), None))
+            if weights.is_folded:
+                run_ints = _folded_run_dots(builder, dot_lanes, weights, x_values, run_starts)
             else:
-                weights = run_format.unpack(builder, group, width)
-            for t, (quants, scales, starts, sums) in enumerate(xs):
-                x_values = builder.gep(quants, [value_offset])
-                run_starts = (load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
-                              if run_format.zero_point else ir.Constant(_ints(width), None))
-                if weights.is_folded:
-                    run_ints = _folded_run_dots(builder, dot_lanes, weights, x_values, run_starts)
-                else:
-                    chains = [run_starts, ir.Constant(_ints(width), None)]
-                    for j, w_slice in enumerate(weights.slices):
-                        x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
-                        chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
-                    run_ints = builder.add(chains[0], chains[1])
-                run_dots = builder.sitofp(run_ints, _floats(width))
-                x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
-                run_scales = builder.fmul(weights.scales, x_scales)
-                acc = accumulators[r][t]
+                chains = [run_starts, ir.Constant(_ints(width), None)]
+                for j, w_slice in enumerate(weights.slices):
+                    x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
+                    chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
+                run_ints = builder.add(chains[0], chains[1])
+            run_dots = builder.sitofp(run_ints, _floats(width))
+            x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
+            run_scales = builder.fmul(weights.scales, x_scales)
+            acc = accumulators[t]
+            if width == GROUP_RUNS:
+                builder.store(_fma(builder, run_dots, run_scales, builder.load(acc)), acc)
+            else:
+                builder.store(builder.fadd(builder.load(acc), _pad(builder, builder.fmul(run_dots, run_scales))),
+                              acc)
+            if run_format.has_mins:
+                x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
+                total = min_totals[t]
                 if width == GROUP_RUNS:
-                    builder.store(_fma(builder, run_dots, run_scales, builder.load(acc)), acc)
+                    builder.store(_fma(builder, weights.min_factors, x_sums, builder.load(total)), total)
                 else:
-                    builder.store(builder.fadd(builder.load(acc), _pad(builder, builder.fmul(run_dots, run_scales))),
-                                  acc)
-                if run_format.has_mins:
-                    x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
-                    total = min_totals[r][t]
-                    if width == GROUP_RUNS:
-                        builder.store(_fma(builder, weights.min_factors, x_sums, builder.load(total)), total)
-                    else:
-                        builder.store(builder.fadd(builder.load(total),
-                                                   _pad(builder, builder.fmul(weights.min_factors, x_sums))), total)
+                    builder.store(builder.fadd(builder.load(total),
+                                               _pad(builder, builder.fmul(weights.min_factors, x_sums))), total)
 
     full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
     with cgutils.for_range(builder, full_groups) as loop:
@@ -324,13 +312,11 @@ def _row_dots(run_format, row_pointers, xs, num_runs, dot_lanes, builder, prefet
         runs_done = builder.select(has_group, builder.add(runs_done, _I64(width)), runs_done)
         bytes_done = builder.select(has_group, builder.add(bytes_done, _I64(run_format.group_bytes(width))),
                                     bytes_done)
-    order = [(r, t) for t in range(num_tokens) for r in range(num_rows)]
-    dot_totals = lane_totals(builder, [builder.load(accumulators[r][t]) for r, t in order])
+    dot_totals = lane_totals(builder, [builder.load(accumulator) for accumulator in accumulators])
     if not run_format.has_mins:
         return dot_totals
-    min_sums = lane_totals(builder, [builder.load(min_totals[r][t]) for r, t in order])
-    totals = [builder.fsub(total, min_sum) for total, min_sum in zip(dot_totals, min_sums)]
-    return totals
+    min_sums = lane_totals(builder, [builder.load(total) for total in min_totals])
+    return [builder.fsub(total, min_sum) for total, min_sum in zip(dot_totals, min_sums)]
 
 
 def _vnni_where_available(context):
@@ -341,28 +327,6 @@ def _portable(context):
     return _dot_lanes_portable
 
 
-def dots_intrinsic(code, num_rows, num_tokens, choose_dot_lanes=_vnni_where_available):
-    """Dots of num_rows rows x num_tokens tokens of run code `code`."""
-    run_format = RUN_FORMATS[code]
-
-    @intrinsic
-    def dots(typingctx, data, ra, rb, rc, rd, x_quants, x_scales, x_starts, x_sums, first_token, prefetch_bytes):
-        """(dot(row ra, x[first_token]), .. the first num_rows of ra..rd, then the next token ..): rows of data
-        (uint8 [rows, bytes] in the run layout) with the run activations of run_matvec.run_activations."""
-        if not (isinstance(data, types.Array) and data.ndim == 2):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return _emit_dots(run_format, num_rows, num_tokens, choose_dot_lanes(context), context, builder,
-                              signature, args)
-
-        result_type = types.UniTuple(types.float32, num_rows * num_tokens)
-        return (result_type(data, ra, rb, rc, rd, x_quants, x_scales, x_starts, x_sums, first_token,
-                            prefetch_bytes), codegen)
-
-    return dots
-
-
 def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available):
     """Dots of rows first_row..stop_row-1 of run code `code` x num_tokens tokens, written to out[token, row]."""
     run_format = RUN_FORMATS[code]
@@ -371,7 +335,8 @@ def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available
     def row_range_dots(typingctx, data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums, first_token, out,
                        prefetch_bytes):
         """out[first_token + t, r] = dot(row r of data, x[first_token + t]) for first_row <= r < stop_row, t <
-        num_tokens: as dots_intrinsic's, the same operations per (row, token) (out: float32 [n, rows])."""
+        num_tokens, the same operations per (row, token) whatever num_tokens (out: float32 [n, rows]); data: uint8
+        [rows, bytes] in the run layout, x: run_matvec.run_activations."""
         if not (isinstance(data, types.Array) and data.ndim == 2 and isinstance(out, types.Array) and out.ndim == 2
                 and out.dtype == types.float32):
             return None

@@ -3,17 +3,16 @@ tokens.
 
 x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
 slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
-(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads;
-each group's tokens go in passes of 8 (one row at a time), 4 (two rows: one row was slower, Q5_0 2048x640 0.156
-vs 0.114 ms) and 1 (one row at a time: a lone token streams the rows from memory, where this beat four rows
-together, Q4_K 36 MB 6.46 -> 4.73 ms), the row bytes staying in L1 between passes. A (row, token) dot is the same
-IR in every pass, so results do not depend on the batch.
+(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads.
+Tokens go in passes of 8, 4, 2 and 1, each pass one row at a time inside the IR (run_dot.row_range_intrinsic: the
+token pointers once per call). A decode batch (under SPAN_PASS_TOKENS) runs each pass over a thread's whole span
+of rows; longer inputs (prefill chunks) run them group by group, the row bytes staying in L1 between passes. A
+(row, token) dot is the same IR in every pass, so results do not depend on the batch.
 
-The one-row passes loop over their rows inside the IR (run_dot.row_range_intrinsic: the token pointers once per
-call, not once per row). Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640
-1 token 1.77x faster, 8 tokens 1.40x; Q6_K 640x2048 1.37x / 1.19x; Q4_K 640x1024 1.54x / 1.27x. A decode batch
-(under SPAN_PASS_TOKENS) sweeps its whole span of rows once per pass of 8, 4, 2 and 1 tokens, one row at a time;
-against the row groups' passes (2 x 4 tokens): 4 tokens 1.18-1.33x, 5 tokens 1.17-1.24x, 12 tokens 1.01-1.15x.
+Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640 1 token 1.77x faster, 8 tokens
+1.40x; Q6_K 640x2048 1.37x / 1.19x; Q4_K 640x1024 1.54x / 1.27x. Span passes against the row groups' former
+2 rows x 4 tokens pass: 4 tokens 1.18-1.33x, 5 tokens 1.17-1.24x, 12 tokens 1.01-1.15x; with that pass replaced in
+the group path too, 20-37 tokens 0.99-1.10x.
 """
 import numpy as np
 from numba import njit, prange
@@ -21,29 +20,11 @@ from numba import njit, prange
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
-from kernels_numba.cpu.run_dot import dots_intrinsic, row_range_intrinsic
+from kernels_numba.cpu.run_dot import row_range_intrinsic
 from kernels_numba.cpu.run_layout import RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
-
-
-def _dispatch(num_rows, num_tokens):
-    q5_0, q4_0, q4_k, q6_k = (dots_intrinsic(code, num_rows, num_tokens) for code in LAYOUT_CODES)
-
-    @njit(inline="always")
-    def dots(code, data, ra, rb, rc, rd, xr, t, prefetch_bytes):
-        if code == qt.R_Q5_0:
-            return q5_0(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
-        if code == qt.R_Q4_0:
-            return q4_0(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
-        if code == qt.R_Q4_K:
-            return q4_k(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
-        return q6_k(data, ra, rb, rc, rd, *xr, t, prefetch_bytes)
-    return dots
-
-
-_dots2x4 = _dispatch(2, 4)
 
 
 def _dispatch_range(num_tokens):
@@ -122,58 +103,38 @@ TOKEN_TILE = 32  # tokens a row group serves before the next: their activations 
 
 
 @njit(cache=True)
-def _group_tokens_into(code, data, xr, out, group, first_token, stop_token):
-    """Tokens first_token..stop_token-1 of row group `group`: passes of 8, then 4, then single tokens."""
-    last = data.shape[0] - 1
-    first_row = group * ROWS_PER_GROUP
-    rows = (first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last))
-    num_rows = min(ROWS_PER_GROUP, data.shape[0] - first_row)
+def _passes_into(code, data, xr, out, first_row, stop_row, first_token, stop_token, later_prefetch_bytes):
+    """Tokens first_token..stop_token-1 of rows first_row..stop_row-1: passes of 8, then 4, 2 and 1 tokens, each
+    over the rows one at a time in one call. The first pass prefetches the row stream; later ones prefetch
+    later_prefetch_bytes ahead (0 where the rows stay in L1 between passes)."""
     t = first_token
+    prefetch_bytes = PREFETCH_BYTES
     while t + 8 <= stop_token:
-        _rows8(code, data, first_row, first_row + num_rows, xr, t, out, PREFETCH_BYTES if t == first_token else 0)
-        t += 8
+        _rows8(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
+        t, prefetch_bytes = t + 8, later_prefetch_bytes
     if t + 4 <= stop_token:
-        for pair in range(2):
-            ra, rb = rows[2 * pair], rows[2 * pair + 1]
-            dots = _dots2x4(code, data, ra, rb, ra, rb, xr, t, PREFETCH_BYTES if t == first_token else 0)
-            for token in range(4):
-                for g in range(2):
-                    if 2 * pair + g < num_rows:
-                        out[t + token, first_row + 2 * pair + g] = dots[2 * token + g]
-        t += 4
-    while t < stop_token:
-        _rows1(code, data, first_row, first_row + num_rows, xr, t, out, PREFETCH_BYTES if t == first_token else 0)
-        t += 1
-
-
-@njit(cache=True)
-def _span_passes_into(code, data, xr, out, first_row, stop_row, num_tokens):
-    """A decode batch: passes of 8, 4, 2 and 1 tokens, each over rows first_row..stop_row-1 in one call."""
-    t = 0
-    while t + 8 <= num_tokens:
-        _rows8(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
-        t += 8
-    if t + 4 <= num_tokens:
-        _rows4(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
-        t += 4
-    if t + 2 <= num_tokens:
-        _rows2(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
-        t += 2
-    if t < num_tokens:
-        _rows1(code, data, first_row, stop_row, xr, t, out, PREFETCH_BYTES)
+        _rows4(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
+        t, prefetch_bytes = t + 4, later_prefetch_bytes
+    if t + 2 <= stop_token:
+        _rows2(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
+        t, prefetch_bytes = t + 2, later_prefetch_bytes
+    if t < stop_token:
+        _rows1(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
 
 
 @njit(cache=True)
 def _groups_into(code, data, xr, out, first_group, stop_group):
     num_tokens = xr[0].shape[0]
-    first_row, stop_row = first_group * ROWS_PER_GROUP, min(data.shape[0], stop_group * ROWS_PER_GROUP)
-    if num_tokens < SPAN_PASS_TOKENS:
-        _span_passes_into(code, data, xr, out, first_row, stop_row, num_tokens)
+    if num_tokens < SPAN_PASS_TOKENS:  # a decode batch: each pass sweeps the whole span
+        _passes_into(code, data, xr, out, first_group * ROWS_PER_GROUP,
+                     min(data.shape[0], stop_group * ROWS_PER_GROUP), 0, num_tokens, PREFETCH_BYTES)
         return
     for first_token in range(0, num_tokens, TOKEN_TILE):
         stop_token = min(num_tokens, first_token + TOKEN_TILE)
-        for group in range(first_group, stop_group):
-            _group_tokens_into(code, data, xr, out, group, first_token, stop_token)
+        for group in range(first_group, stop_group):  # a group's rows stay in L1 between its passes
+            first_row = group * ROWS_PER_GROUP
+            _passes_into(code, data, xr, out, first_row, min(data.shape[0], first_row + ROWS_PER_GROUP),
+                         first_token, stop_token, 0)
 
 
 @njit(cache=True, parallel=True)

@@ -3,6 +3,7 @@ fp16 scalars, lane broadcasts and reductions, row pointers of numba arrays, a co
 from __future__ import annotations
 
 from llvmlite import ir
+from numba import types
 from numba.core import cgutils
 
 I8 = ir.IntType(8)
@@ -40,6 +41,17 @@ def broadcast_runs(builder, values, vector_type):
 def concat(builder, first, second):
     mask = ir.Constant(ir.VectorType(I32, 2 * first.type.count), list(range(2 * first.type.count)))
     return builder.shuffle_vector(first, second, mask)
+
+
+def data_pointer(context, builder, array_type, array, element_type):
+    """An element_type pointer to the first element of a numba array."""
+    return builder.bitcast(context.make_array(array_type)(context, builder, array).data, element_type.as_pointer())
+
+
+def is_contiguous_1d(array_type, dtypes) -> bool:
+    """Whether a numba type is a 1-D C-contiguous array of one of dtypes (typing check of an intrinsic)."""
+    return isinstance(array_type, types.Array) and array_type.ndim == 1 and array_type.layout == "C" \
+        and array_type.dtype in dtypes
 
 
 def row_pointer(context, builder, array_type, array, row):

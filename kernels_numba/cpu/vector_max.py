@@ -11,7 +11,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.vector_ir import I64, load_vector
+from kernels_numba.cpu.vector_ir import I64, data_pointer, is_contiguous_1d, load_vector
 
 VECTOR_BYTES = 64
 NUM_ACCUMULATORS = 4
@@ -26,8 +26,7 @@ def chunk_values(dtype) -> int:
 def chunked_max(typingctx, values):
     """(the largest of values[:num_full], num_full) with num_full the values in whole chunks; -inf when none.
     values: 1-D contiguous float32 or float64."""
-    if not (isinstance(values, types.Array) and values.ndim == 1 and values.layout == "C"
-            and values.dtype in (types.float32, types.float64)):
+    if not is_contiguous_1d(values, (types.float32, types.float64)):
         return None
     dtype = values.dtype
     per_chunk = chunk_values(dtype)
@@ -40,9 +39,8 @@ def chunked_max(typingctx, values):
                                                 f"llvm.maxnum.{suffix}")
         reduce_max = cgutils.get_or_insert_function(builder.module, ir.FunctionType(element, [lanes]),
                                                     f"llvm.vector.reduce.fmax.{suffix}")
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        data = builder.bitcast(array.data, element.as_pointer())
-        size = builder.extract_value(array.shape, 0)
+        data = data_pointer(context, builder, signature.args[0], args[0], element)
+        size = builder.extract_value(context.make_array(signature.args[0])(context, builder, args[0]).shape, 0)
         num_chunks = builder.udiv(size, I64(per_chunk))
         minus_inf = ir.Constant(lanes, [float("-inf")] * lanes.count)
         accumulators = [cgutils.alloca_once_value(builder, minus_inf) for _ in range(NUM_ACCUMULATORS)]

@@ -59,8 +59,8 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 512), (QT.Q5_0, 640), (QT.Q4_0, 384), (QT.Q4_K, 512),
                                           (QT.Q6_K, 512)])
 def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
-    """Every pass shape (one token, 8 tokens a row at a time, 2 rows x 4 tokens), the folded tail groups of 4 runs
-    (k = 640, 384) included."""
+    """Every pass (8, 4, 2 and 1 tokens; over the whole span for decode batches, group by group past them), the
+    folded tail groups of 4 runs (k = 640, 384) included."""
     rng = np.random.default_rng(3)
     w = random_weight(ggml_type, (37, k), rng)  # 37 rows: a last row group of one
     runs = run_weights(w)
