@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.amx_tiles import TILE_SETS, void_function
+from kernels_numba.cpu.amx_tiles import TILE_SETS, amx_call
 from kernels_numba.cpu.vector_ir import load_half, load_vector, prefetch
 
 TILE_ROWS = 16
@@ -70,7 +70,7 @@ def _emit_group_dots(num_tokens, context, builder, signature, args):
     num_vectors = num_tokens  # TILE_ROWS * num_tokens sums, 16 a vector
     accumulators = [cgutils.alloca_once_value(builder, ir.Constant(_FLOAT_LANES, None)) for _ in range(num_vectors)]
     token_bytes = _I64(4 * num_tokens)
-    load = void_function(builder, "llvm.x86.tileloadd64", [_I8, _BYTE_POINTER, _I64])
+    load_types = [_I8, _BYTE_POINTER, _I64]
 
     def row_blocks(block_index):
         block_start = builder.gep(group, [builder.mul(block_index, _I64(Q8_0_BLOCK_BYTES))])
@@ -82,19 +82,18 @@ def _emit_group_dots(num_tokens, context, builder, signature, args):
         block_start, blocks = row_blocks(block_index)
         for block in blocks:
             prefetch(builder, builder.gep(block, [prefetch_bytes]))
-        builder.call(void_function(builder, "llvm.x86.tilezero", [_I8]), [_I8(c_tile)])
-        builder.call(load, [_I8(a_tile), builder.gep(block_start, [_I64(2)]), row_bytes])
-        builder.call(load, [_I8(b_tile), builder.gep(tiles_pointer, [builder.mul(block_index, tile_block_bytes)]),
-                            token_bytes])
-        builder.call(void_function(builder, "llvm.x86.tdpbssd", [_I8, _I8, _I8]),
-                     [_I8(c_tile), _I8(a_tile), _I8(b_tile)])
+        amx_call(builder, "llvm.x86.tilezero", [_I8], [_I8(c_tile)])
+        amx_call(builder, "llvm.x86.tileloadd64", load_types, [_I8(a_tile), builder.gep(block_start, [_I64(2)]),
+                                                               row_bytes])
+        amx_call(builder, "llvm.x86.tileloadd64", load_types,
+                 [_I8(b_tile), builder.gep(tiles_pointer, [builder.mul(block_index, tile_block_bytes)]), token_bytes])
+        amx_call(builder, "llvm.x86.tdpbssd", [_I8, _I8, _I8], [_I8(c_tile), _I8(a_tile), _I8(b_tile)])
 
     def add_block(block_index, tile_set):
         """The block's int32 sums * weight scale * activation scale into the float lanes."""
         c_tile = tile_set[0]
         block_sums = builder.gep(sums_pointer, [_I64(_VECTOR_BYTES * num_vectors * (c_tile // 3))])
-        builder.call(void_function(builder, "llvm.x86.tilestored64", [_I8, _BYTE_POINTER, _I64]),
-                     [_I8(c_tile), block_sums, token_bytes])
+        amx_call(builder, "llvm.x86.tilestored64", [_I8, _BYTE_POINTER, _I64], [_I8(c_tile), block_sums, token_bytes])
         x_scales = load_vector(builder, builder.gep(scales_pointer, [builder.mul(block_index, _I64(_SCALE_ROW_BYTES))]),
                          _FLOAT_LANES, align=4)
         token_scales = _pick(builder, x_scales, [i % num_tokens for i in range(16)])

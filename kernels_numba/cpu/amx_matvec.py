@@ -110,6 +110,8 @@ def _parallel_into(data, x_tiles, x_scales, out, first_token, num_tokens, chunks
 def amx_matvec_into(data, quants, scales, out):
     """out[t] = dot of every row of Q8_0 data with the 8-bit activations (quants, scales) of
     int8_dot.quantize_activations_into."""
+    if not AMX_IS_AVAILABLE:  # its tile instructions were compiled to nothing (amx_tiles.amx_call)
+        raise RuntimeError("AMX tiles are not available on this CPU")
     n, k = quants.shape
     threads = pool_threads()
     num_groups = (data.shape[0] + TILE_ROWS - 1) // TILE_ROWS

@@ -5,6 +5,9 @@ into 16 x 16 int32 sums (C) in one instruction: ~1000 byte products a cycle wher
 With 8-bit activations that turns the weight-row dots of a batch of tokens from compute-bound into
 memory-bound. Linux hands out the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, kernel >= 5.16),
 so AMX_IS_AVAILABLE needs both the CPU feature (as numba's target machine sees it) and that permission.
+LLVM cannot select the tile instructions for a CPU without them, and numba compiles every function a kernel
+names, taken branch or not: on such a CPU the intrinsics here and in amx_dot emit nothing (amx_call), and
+amx_matvec never runs them (uses_amx is False there).
 
 Tile registers (amx_dot.py), two sets so that two blocks are in flight: C (rows x 4 * tokens bytes of int32),
 A (rows x block bytes of weights), B (block bytes / 4 rows x 4 * tokens bytes: each token's 4 consecutive
@@ -45,11 +48,17 @@ def _host_has_amx_int8() -> bool:
     return "+amx-int8" in features and "+amx-tile" in features
 
 
-AMX_IS_AVAILABLE = _host_has_amx_int8() and _request_tile_state()
+HOST_COMPILES_AMX = _host_has_amx_int8()
+AMX_IS_AVAILABLE = HOST_COMPILES_AMX and _request_tile_state()
 
 
-def void_function(builder, name, argument_types):
-    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), argument_types), name)
+def amx_call(builder, name, argument_types, arguments):
+    """Call the void LLVM intrinsic `name` where the host CPU has AMX; emit nothing where it has not (the code
+    is then unreachable, and LLVM would refuse to compile the instruction)."""
+    if HOST_COMPILES_AMX:
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), argument_types),
+                                                  name)
+        builder.call(function, arguments)
 
 
 @intrinsic
@@ -72,7 +81,7 @@ def configure_tiles(typingctx, num_rows, block_bytes, num_tokens):
         for tile, (tile_rows, tile_bytes) in shapes.items():
             builder.store(tile_bytes, builder.gep(column_bytes, [_I64(tile)]))
             builder.store(builder.trunc(tile_rows, _I8), builder.gep(rows, [_I64(tile)]))
-        builder.call(void_function(builder, "llvm.x86.ldtilecfg", [_BYTE_POINTER]), [start])
+        amx_call(builder, "llvm.x86.ldtilecfg", [_BYTE_POINTER], [start])
         return context.get_dummy_value()
 
     return types.void(num_rows, block_bytes, num_tokens), codegen
@@ -81,7 +90,7 @@ def configure_tiles(typingctx, num_rows, block_bytes, num_tokens):
 @intrinsic
 def release_tiles(typingctx):
     def codegen(context, builder, signature, args):
-        builder.call(void_function(builder, "llvm.x86.tilerelease", []), [])
+        amx_call(builder, "llvm.x86.tilerelease", [], [])
         return context.get_dummy_value()
 
     return types.void(), codegen

@@ -11,7 +11,7 @@ from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.int8_matvec import int8_matvec_into
 from kernels_numba.reference_int8 import linear_int8_activations
 
-pytestmark = pytest.mark.skipif(not AMX_IS_AVAILABLE, reason="no AMX on this CPU (or the OS refused the tile state)")
+needs_amx = pytest.mark.skipif(not AMX_IS_AVAILABLE, reason="no AMX on this CPU (or the OS refused the tile state)")
 
 
 def _amx_dots(w, x):
@@ -31,6 +31,7 @@ def test_activation_tiles_hold_four_quants_of_each_token_side_by_side():
     np.testing.assert_array_equal(tiles, padded.reshape(4, 2, 8, 4).transpose(1, 2, 0, 3).reshape(2, 8, 16))
 
 
+@needs_amx
 @pytest.mark.parametrize("num_rows", [5, 16, 300])  # a short tile, one full tile, many with a short last one
 @pytest.mark.parametrize("num_tokens", [1, 2, 3, 7, 16, 21])  # every tile width; 21: a pass of 16 and one of 5
 def test_tile_dots_match_the_int8_reference(num_rows, num_tokens, threading_mode):
@@ -40,6 +41,7 @@ def test_tile_dots_match_the_int8_reference(num_rows, num_tokens, threading_mode
     assert relative_error(_amx_dots(w, x), linear_int8_activations(x, w)) < 1e-5
 
 
+@needs_amx
 def test_a_token_gets_the_same_bits_alone_and_inside_a_batch():
     rng = np.random.default_rng(1)
     w = random_weight(QT.Q8_0, (37, 256), rng)
@@ -50,6 +52,7 @@ def test_a_token_gets_the_same_bits_alone_and_inside_a_batch():
     np.testing.assert_array_equal(three, batch[:3])
 
 
+@needs_amx
 def test_non_finite_activations_propagate():
     rng = np.random.default_rng(2)
     w = random_weight(QT.Q8_0, (20, 64), rng)
@@ -59,6 +62,7 @@ def test_non_finite_activations_propagate():
     assert np.isnan(out[[0, 2]]).all() and np.isfinite(out[1]).all()
 
 
+@needs_amx
 def test_the_int8_matvec_sends_q8_0_to_the_tiles():
     assert amx_matvec.uses_amx(quant_type.Q8_0) and not amx_matvec.uses_amx(quant_type.Q5_0)
     rng = np.random.default_rng(3)
@@ -72,3 +76,17 @@ def test_the_int8_matvec_sends_q8_0_to_the_tiles():
     groups_into(readonly_bytes(w), amx_matvec.vnni_activations(quants, 0, 1),
                 amx_matvec.padded_block_scales(np.ones((1, 4), np.float32), 0, 1), out, 0, 1, 0, 1)
     assert "tdpbssd" in groups_into.inspect_asm(groups_into.signatures[0])
+
+
+@pytest.mark.skipif(AMX_IS_AVAILABLE, reason="this CPU has AMX")
+def test_without_amx_q8_0_takes_the_vnni_dots_and_the_tile_path_refuses_to_run():
+    """The tile kernels still compile (to nothing) where LLVM cannot select AMX, so Q8_0 mat-vecs work."""
+    assert not amx_matvec.uses_amx(quant_type.Q8_0)
+    rng = np.random.default_rng(4)
+    w = random_weight(QT.Q8_0, (40, 128), rng)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    out = np.empty((3, 40), np.float32)
+    int8_matvec_into(quant_type.Q8_0, readonly_bytes(w), x, out)
+    assert relative_error(out, linear_int8_activations(x, w)) < 1e-5
+    with pytest.raises(RuntimeError, match="AMX"):
+        _amx_dots(w, x)

@@ -8,9 +8,10 @@ from tui.widgets.chat_input import ChatInput
 from tui.widgets.message_view import MessageView
 
 
-@pytest.fixture
-def chunks(monkeypatch):
-    """Every ReplyChunk the engine thread posts."""
+def record_chunks(monkeypatch, seconds_per_chunk=0.0):
+    """Every ReplyChunk the engine thread posts, each after seconds_per_chunk on that thread."""
+    import time
+
     from tui.engine_client import EngineClient
 
     posted, original = [], EngineClient._post
@@ -18,10 +19,23 @@ def chunks(monkeypatch):
     def record(self, message):
         if isinstance(message, ReplyChunk):
             posted.append(message.text)
+            time.sleep(seconds_per_chunk)
         original(self, message)
 
     monkeypatch.setattr(EngineClient, "_post", record)
     return posted
+
+
+@pytest.fixture
+def chunks(monkeypatch):
+    return record_chunks(monkeypatch)
+
+
+@pytest.fixture
+def slow_chunks(monkeypatch):
+    """chunks from an engine held to <= 200 tokens a second: the tiny model would otherwise reach its 2000-token
+    budget on a fast CPU before a key press is handled."""
+    return record_chunks(monkeypatch, seconds_per_chunk=0.005)
 
 
 async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
@@ -53,7 +67,8 @@ async def test_default_model_streams_a_reply(data_dir, chunks):
         assert "gemma3-270m" in status and "ctx " in status and "/2048" in status
 
 
-async def test_escape_stops_and_keeps_partial_reply(tiny_model, data_dir, chunks):
+async def test_escape_stops_and_keeps_partial_reply(tiny_model, data_dir, slow_chunks):
+    chunks = slow_chunks
     app = build(tiny_model, max_tokens=2000)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(app, pilot)
