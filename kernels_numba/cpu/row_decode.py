@@ -46,5 +46,5 @@ def decode_row(code, row, out):
         decode_bf16(row, out)
     elif code == qt.F32:
         decode_f32(row, out)
-    elif code >= qt.R_Q5_0:  # the CPU's run layout of Q5_0, Q4_0, Q4_K, Q6_K (run_layout.py)
+    elif code >= qt.R_Q5_0:  # the CPU's run layout of Q5_0, Q4_0, Q4_K, Q6_K, Q8_0 (run_layout.py)
         decode_run_row(code, row, out)

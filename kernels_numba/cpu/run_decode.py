@@ -7,7 +7,7 @@ from numba import njit
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.block_decode import k_scale_and_min
 from kernels_numba.cpu.half import read_half
-from kernels_numba.cpu.run_layout import SLICE_VALUES, group_runs
+from kernels_numba.cpu.run_layout import MIN_GROUP_RUNS, Q8_0_FOLDED_SLICES, SLICE_VALUES, group_runs
 
 
 @njit(cache=True, inline="always")
@@ -86,6 +86,26 @@ def _decode_q6_k_runs(row, out):
 
 
 @njit(cache=True)
+def _decode_q8_0_runs(row, out):
+    """Q8_0 groups: G f16 scales | 8 slices of 4G bytes of quant + 128 (a 4-run group's slices in the order
+    Q8_0_FOLDED_SLICES)."""
+    num_runs = out.size // 32
+    first_run, base = 0, 0
+    while first_run < num_runs:
+        width = group_runs(num_runs - first_run)
+        for position in range(8):
+            j = Q8_0_FOLDED_SLICES[position] if width == MIN_GROUP_RUNS else position
+            slice_at = base + 2 * width + 4 * width * position
+            for lane in range(width):
+                d = read_half(row, base + 2 * lane)
+                for b in range(SLICE_VALUES):
+                    q = np.int32(row[slice_at + SLICE_VALUES * lane + b]) - 128
+                    out[32 * (first_run + lane) + SLICE_VALUES * j + b] = d * np.float32(q)
+        first_run += width
+        base += 34 * width
+
+
+@njit(cache=True)
 def decode_run_row(code, row, out):
     """One row of a run code (quant_type.R_*) into float32 `out`."""
     if code == qt.R_Q5_0:
@@ -94,5 +114,7 @@ def decode_run_row(code, row, out):
         _decode_block_runs(row, out, 18, 8, False)
     elif code == qt.R_Q4_K:
         _decode_q4_k_runs(row, out)
-    else:
+    elif code == qt.R_Q6_K:
         _decode_q6_k_runs(row, out)
+    else:
+        _decode_q8_0_runs(row, out)

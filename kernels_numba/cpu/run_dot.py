@@ -153,6 +153,20 @@ def _q4_0_group(builder, group, width):
                         _half_scales(builder, group, width), None)
 
 
+def _q8_0_group(builder, group, width):
+    """G f16 | 8 slices of quant + 128."""
+    slices = [load_vector(builder, builder.gep(group, [_I64(2 * width + 4 * width * j)]), _bytes(width))
+              for j in range(8)]
+    return GroupWeights(slices, _half_scales(builder, group, width), None)
+
+
+def _q8_0_folded(builder, group):
+    """_q8_0_group of a FOLDED_WIDTH group, folded: its slices lie as the even ones, then the odd ones."""
+    halves = [load_vector(builder, builder.gep(group, [_I64(2 * FOLDED_WIDTH + 64 * h)]), _bytes(16))
+              for h in range(2)]
+    return GroupWeights(halves, _half_scales(builder, group, FOLDED_WIDTH), None, True)
+
+
 def _q4_k_group(builder, group, width):
     """G/8 GGUF super-block headers (d, dmin, 12 bytes of 6-bit scales and mins) | 4 slice pairs."""
     scales, min_factors = [], []
@@ -205,6 +219,8 @@ RUN_FORMATS = {
                          unpack_folded=_q4_0_folded),
     qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True),
     qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
+    qt.R_Q8_0: RunFormat(32, ZERO_POINTS[qt.R_Q8_0], lambda width: 34 * width, _q8_0_group, (16, 8, 4),
+                         unpack_folded=_q8_0_folded),
 }
 
 

@@ -14,6 +14,10 @@ A group of G runs, per type (the same bytes per run as GGUF, so the copy is as b
 - Q4_K: G/8 super-block headers as GGUF has them (d, dmin, 12 bytes of 6-bit scales and mins) | 4 slice pairs.
 - Q6_K (runs of 16, G = 16: one super-block): 16 int8 scales | d f16 | 2 slice pairs of 64 bytes | 64 bytes of
   high bit pairs (bits 2j, 2j + 1 of byte i: the top two bits of byte i of slice j).
+- Q8_0: G f16 scales | 8 slices of 4G bytes, each quant + 128 (unsigned, as vpdpbusd reads weights); a group of
+  4 runs (a row's tail) holds its slices in the order 0, 2, 4, 6, 1, 3, 5, 7, the two 64-byte halves the folded
+  tail dots (run_dot) read as the even and the odd slices. Q8_0 has the layout only where the CPU has no AMX:
+  there amx_matvec multiplies its GGUF rows (the LM heads), faster at every batch size than these dots.
 
 `run_weights(w)` makes the copy once per weight tensor (kept on it). It reads a mapped GGUF tensor with file reads,
 so the mapping's pages never become resident: the CPU kernels read only the copy, and resident memory does not
@@ -30,15 +34,18 @@ from numba.extending import register_jitable
 from gguf_loader.private_bytes import private_bytes
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE
 
 GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
 MIN_GROUP_RUNS = 4  # the narrowest tail group (a 128-bit vector): rows of Q4_0/Q5_0 need k % 128 == 0
 SLICE_VALUES = 4  # values of a run in one slice: one vpdpbusd lane
 
 # the run layout's codes (quant_type numbers them after the GGUF types): raw code -> run code
-RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K}
-RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16}
-ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32}
+RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K, qt.Q8_0: qt.R_Q8_0}
+RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16, qt.R_Q8_0: 32}
+ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32, qt.R_Q8_0: 128}
+Q8_0_FOLDED_SLICES = (0, 2, 4, 6, 1, 3, 5, 7)  # slice order of a Q8_0 group of MIN_GROUP_RUNS runs
+REPACK_CHUNK_BYTES = 1 << 24  # rows repacked at a time: the temporaries stay small next to a big LM head
 
 
 @register_jitable
@@ -59,9 +66,9 @@ def groups_of(num_runs: int) -> list[tuple[int, int]]:
     return groups
 
 
-def supports(code: int, row_length: int) -> bool:
-    """Whether rows of this GGUF type and length have a run layout."""
-    if code not in RUN_CODES:
+def supports(code: int, row_length: int, has_amx: bool = AMX_IS_AVAILABLE) -> bool:
+    """Whether rows of this GGUF type and length have a run layout (Q8_0: on CPUs without AMX)."""
+    if code not in RUN_CODES or code == qt.Q8_0 and has_amx:
         return False
     run_values = RUN_VALUES[RUN_CODES[code]]
     return row_length % (run_values * MIN_GROUP_RUNS) == 0 and (code != qt.Q6_K or row_length % 256 == 0)
@@ -146,21 +153,44 @@ def _q6_k(raw: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
-def repack(code: int, raw: np.ndarray) -> np.ndarray:
-    """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size)."""
-    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+def _q8_0(raw: np.ndarray) -> np.ndarray:
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 34)
+    quants = blocks[:, :, 2:] ^ np.uint8(0x80)  # int8 q -> q + 128
+    parts = []
+    for first, width in groups_of(blocks.shape[1]):
+        group = slice(first, first + width)
+        slices = _slices(quants[:, group], width)
+        if width == MIN_GROUP_RUNS:
+            slices = slices[:, list(Q8_0_FOLDED_SLICES)]
+        parts += [blocks[:, group, :2].reshape(rows, -1), slices.reshape(rows, -1)]
+    return np.concatenate(parts, axis=1)
+
+
+def _repack_rows(code: int, raw: np.ndarray) -> np.ndarray:
     if code == qt.Q5_0:
-        packed = _block_format(raw, 22, has_fifth_bit=True)
-    elif code == qt.Q4_0:
-        packed = _block_format(raw, 18, has_fifth_bit=False)
-    elif code == qt.Q4_K:
-        packed = _q4_k(raw)
-    elif code == qt.Q6_K:
-        packed = _q6_k(raw)
-    else:
+        return _block_format(raw, 22, has_fifth_bit=True)
+    if code == qt.Q4_0:
+        return _block_format(raw, 18, has_fifth_bit=False)
+    if code == qt.Q4_K:
+        return _q4_k(raw)
+    if code == qt.Q6_K:
+        return _q6_k(raw)
+    return _q8_0(raw)
+
+
+def repack(code: int, raw: np.ndarray) -> np.ndarray:
+    """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size), a
+    chunk of rows at a time."""
+    if code not in RUN_CODES:
         raise ValueError(f"no run layout for type code {code}")
-    assert packed.shape == raw.shape, (packed.shape, raw.shape)
-    return np.ascontiguousarray(packed)
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    packed = np.empty_like(raw)
+    chunk_rows = max(1, REPACK_CHUNK_BYTES // max(1, raw.shape[1]))
+    for start in range(0, raw.shape[0], chunk_rows):
+        rows = raw[start:start + chunk_rows]
+        packed[start:start + rows.shape[0]] = _repack_rows(code, rows)
+    return packed
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.aligned_buffer import aligned_int8
 from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 from kernels_numba.cpu.run_dot import row_range_intrinsic
@@ -28,7 +29,7 @@ LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
 
 
 def _dispatch_range(num_tokens):
-    q5_0, q4_0, q4_k, q6_k = (row_range_intrinsic(code, num_tokens) for code in LAYOUT_CODES)
+    q5_0, q4_0, q4_k, q6_k, q8_0 = (row_range_intrinsic(code, num_tokens) for code in LAYOUT_CODES)
 
     @njit(inline="always")
     def row_range(code, data, first_row, stop_row, xr, t, out, prefetch_bytes):
@@ -38,8 +39,10 @@ def _dispatch_range(num_tokens):
             q4_0(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
         elif code == qt.R_Q4_K:
             q4_k(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-        else:
+        elif code == qt.R_Q6_K:
             q6_k(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
+        else:
+            q8_0(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
     return row_range
 
 
@@ -74,7 +77,7 @@ def run_activations(code, quants, scales):
     run_length = run_values(code)
     num_runs = k // run_length
     zero = zero_point(code)
-    grouped = np.empty_like(quants)
+    grouped = aligned_int8(n, k)  # the dots' 64-byte loads of x each within a cache line
     run_scales = np.empty((n, num_runs), dtype=np.float32)
     run_starts = np.empty((n, num_runs), dtype=np.int32)
     run_sums = np.empty((n, num_runs), dtype=np.float32)

@@ -10,6 +10,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf_loader.private_bytes import private_bytes
 from kernels_numba.cpu import matmul
 from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import decode_rows_into
 from kernels_numba.cpu.run_layout import groups_of, repack, run_weights, supports
 from kernels_numba.cpu.run_matvec import TOKEN_TILE, run_matvec_into
@@ -18,16 +19,24 @@ from tests.kernels.kernel_test_data import random_weight
 
 pytestmark = pytest.mark.skipif(not matmul.USE_RUN_LAYOUT, reason="the run layout needs AVX512-VNNI")
 
+no_amx = pytest.mark.skipif(AMX_IS_AVAILABLE, reason="with AMX, Q8_0 keeps its GGUF rows (amx_matvec)")
+
+
+def q8_0(*shape):
+    return pytest.param(QT.Q8_0, *shape, marks=no_amx)
+
+
 # row lengths whose groups cover every width: 640 = 16 + 4 runs, 384 = 8 + 4, 896 = 16 + 8 + 4, 768 = 16 + 8
 SHAPES = [(QT.Q5_0, 9, 640), (QT.Q5_0, 6, 384), (QT.Q4_0, 7, 896), (QT.Q4_0, 5, 128), (QT.Q4_K, 6, 768),
-          (QT.Q4_K, 5, 256), (QT.Q6_K, 7, 512), (QT.Q6_K, 3, 256)]
+          (QT.Q4_K, 5, 256), (QT.Q6_K, 7, 512), (QT.Q6_K, 3, 256), q8_0(9, 640), q8_0(5, 896), q8_0(3, 512)]
 
 
 def test_groups_cover_the_row_in_widths_16_8_4():
     assert groups_of(20) == [(0, 16), (16, 4)]
     assert groups_of(28) == [(0, 16), (16, 8), (24, 4)]
     assert groups_of(32) == [(0, 16), (16, 16)]
-    assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 128) and not supports(qt.Q8_0, 640)
+    assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 128) and not supports(qt.F16, 640)
+    assert supports(qt.Q8_0, 640, has_amx=False) and not supports(qt.Q8_0, 640, has_amx=True)
 
 
 @pytest.mark.parametrize("ggml_type, rows, k", SHAPES)
@@ -57,7 +66,7 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 512), (QT.Q5_0, 640), (QT.Q4_0, 384), (QT.Q4_K, 512),
-                                          (QT.Q6_K, 512)])
+                                          (QT.Q6_K, 512), q8_0(640)])
 def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
     """Every pass (8, 4, 2 and 1 tokens; over the whole span for decode batches, group by group past them), the
     folded tail groups of 4 runs (k = 640, 384) included."""
