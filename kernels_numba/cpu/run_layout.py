@@ -26,9 +26,11 @@ grow (anything else that reads the mapping, a reference op or a GPU upload, faul
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit, prange
 from numba.extending import register_jitable
 
 from gguf_loader.private_bytes import private_bytes
@@ -153,43 +155,56 @@ def _q6_k(raw: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
-def _q8_0(raw: np.ndarray) -> np.ndarray:
-    rows = raw.shape[0]
-    blocks = raw.reshape(rows, -1, 34)
-    quants = blocks[:, :, 2:] ^ np.uint8(0x80)  # int8 q -> q + 128
-    parts = []
-    for first, width in groups_of(blocks.shape[1]):
-        group = slice(first, first + width)
-        slices = _slices(quants[:, group], width)
-        if width == MIN_GROUP_RUNS:
-            slices = slices[:, list(Q8_0_FOLDED_SLICES)]
-        parts += [blocks[:, group, :2].reshape(rows, -1), slices.reshape(rows, -1)]
-    return np.concatenate(parts, axis=1)
+@functools.lru_cache(maxsize=8)
+def q8_0_sources(row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A Q8_0 row's run layout as a byte gather: (source offset in the GGUF row, XOR mask) of each byte (0x80
+    turns an int8 quant q into q + 128)."""
+    sources, masks = [], []
+    for first, width in groups_of(row_bytes // 34):
+        for lane in range(width):
+            sources += [34 * (first + lane), 34 * (first + lane) + 1]
+            masks += [0, 0]
+        order = Q8_0_FOLDED_SLICES if width == MIN_GROUP_RUNS else range(8)
+        for j in order:
+            for lane in range(width):
+                sources += [34 * (first + lane) + 2 + SLICE_VALUES * j + b for b in range(SLICE_VALUES)]
+                masks += [0x80] * SLICE_VALUES
+    sources, masks = np.array(sources, dtype=np.int64), np.array(masks, dtype=np.uint8)
+    sources.flags.writeable = masks.flags.writeable = False
+    return sources, masks
 
 
-def _repack_rows(code: int, raw: np.ndarray) -> np.ndarray:
-    if code == qt.Q5_0:
-        return _block_format(raw, 22, has_fifth_bit=True)
-    if code == qt.Q4_0:
-        return _block_format(raw, 18, has_fifth_bit=False)
-    if code == qt.Q4_K:
-        return _q4_k(raw)
-    if code == qt.Q6_K:
-        return _q6_k(raw)
-    return _q8_0(raw)
+@njit(cache=True, parallel=True)
+def _gather_rows_into(raw, sources, masks, out):
+    for r in prange(raw.shape[0]):
+        for i in range(sources.size):
+            out[r, i] = raw[r, sources[i]] ^ masks[i]
 
 
-def repack(code: int, raw: np.ndarray) -> np.ndarray:
+def _repack_rows_into(code: int, raw: np.ndarray, out: np.ndarray) -> None:
+    if code == qt.Q8_0:
+        _gather_rows_into(raw, *q8_0_sources(raw.shape[1]), out)
+    elif code == qt.Q5_0:
+        out[...] = _block_format(raw, 22, has_fifth_bit=True)
+    elif code == qt.Q4_0:
+        out[...] = _block_format(raw, 18, has_fifth_bit=False)
+    elif code == qt.Q4_K:
+        out[...] = _q4_k(raw)
+    else:
+        out[...] = _q6_k(raw)
+
+
+def repack(code: int, raw: np.ndarray, read_rows=np.ascontiguousarray) -> np.ndarray:
     """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size), a
-    chunk of rows at a time."""
+    chunk of rows at a time: read_rows(rows) gives a chunk's bytes (private_bytes: a mapped tensor's by file reads,
+    so neither the mapping nor a whole copy of the tensor becomes resident)."""
     if code not in RUN_CODES:
         raise ValueError(f"no run layout for type code {code}")
-    raw = np.ascontiguousarray(raw, dtype=np.uint8)
-    packed = np.empty_like(raw)
+    packed = np.empty(raw.shape, dtype=np.uint8)
     chunk_rows = max(1, REPACK_CHUNK_BYTES // max(1, raw.shape[1]))
     for start in range(0, raw.shape[0], chunk_rows):
-        rows = raw[start:start + chunk_rows]
-        packed[start:start + rows.shape[0]] = _repack_rows(code, rows)
+        rows = np.ascontiguousarray(read_rows(raw[start:start + chunk_rows]), dtype=np.uint8)
+        _repack_rows_into(code, rows, packed[start:start + rows.shape[0]])
     return packed
 
 
@@ -219,7 +234,7 @@ def run_weights(w: WeightTensor) -> RunWeights | None:
     code = qt.TYPE_CODES.get(w.ggml_type)
     result = None
     if w.fp8 is None and len(w.shape) == 2 and code is not None and supports(code, w.shape[-1]):
-        packed = repack(code, private_bytes(np.asarray(w.data)))
+        packed = repack(code, np.asarray(w.data), read_rows=private_bytes)
         packed.flags.writeable = False
         result = RunWeights(RUN_CODES[code], packed)
         if _MALLOC_TRIM is not None:  # the repack's temporaries leave holes below the copy; give them back
