@@ -3,13 +3,15 @@
 For each group of G runs of a row (16; a row's tail 8, then 4) and each token: the lanes start from
 -zero_point * the run's sum of x quants, R/4 vpdpbusd (weights unsigned, x signed) add the run's integer dot into
 its lane, then one convert and one FMA with (weight run scale * x run scale) add the group into the (row, token)'s
-16 float lanes (a tail group's narrower product is added to the low lanes; a tail of 4 runs of Q5_0/Q4_0, as
-rows of 640 values end in, folds its 8 narrow slices into 2 full vectors: 2 vpdpbusd a token instead of 8, the
-same integer sums). Q4_K's mins subtract
+16 float lanes (an 8-run group's narrower product is added to the low lanes). A tail of 4 runs of Q5_0, Q4_0 or
+Q8_0, as rows of 640 values end in, is folded: its 8 slices of weights and of x (run_activations lays x's tail out
+the same way) fill 2 full vectors, so 2 vpdpbusd leave partial run dots in 16 lanes, and one convert and one FMA
+with the lanes' scales add them in unreduced: ~8 operations a token instead of ~17. Q4_K's mins subtract
 dmin * m * (x scale * x run sum), also one FMA per group. The lanes are summed at the end, always as the same
-tree (vector_ir.lane_totals: the tokens' trees packed side by side). Integer sums are exact, so the two dependency chains the slices are split into (for latency) change
-nothing, and the float operations of a (row, token) are the same whatever tokens share the call: one token gets
-the same bits alone, in a serve batch or in a speculative verify pass.
+tree (vector_ir.lane_totals: the tokens' trees packed side by side). Integer sums are exact, so the two
+dependency chains the slices are split into (for latency) change nothing, and the float operations of a
+(row, token) are the same whatever tokens share the call: one token gets the same bits alone, in a serve batch
+or in a speculative verify pass.
 
 Against int8_dot's GGUF-order dots this does one float epilogue per run instead of one per 4 values (8x fewer
 float ops) and unpacks 64 weights with 2-3 vector ops instead of ~5.
@@ -119,19 +121,19 @@ def _q4_0_folded(builder, group):
 
 
 def _folded_run_dots(builder, dot_lanes, weights, x_values, starts):
-    """The FOLDED_WIDTH runs' integer dots (+ starts) of a folded group with one token's x slices at x_values:
-    x's 8 slices of 16 bytes regrouped like the weights' (even, odd), 2 vpdpbusd into 16 lanes (lane 4m + r:
-    run r over slice pair m), then lanes 4m + r summed over m. Integer sums: the same values as 8 narrow dots."""
-    first, second = (load_vector(builder, builder.gep(x_values, [_I64(64 * h)]), _bytes(16)) for h in range(2))
-    lanes = ir.Constant(_ints(16), None)
-    for w_slices, order in zip(weights.slices, (_EVEN_LANES, _ODD_LANES)):
-        x_slices = builder.shuffle_vector(first, second, ir.Constant(_ints(64), order))
-        lanes = dot_lanes(builder, lanes, w_slices, x_slices)
-    for count in (8, 4):
-        low = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(count), list(range(count))))
-        high = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(count), list(range(count, 2 * count))))
-        lanes = builder.add(low, high)
-    return builder.add(lanes, starts)
+    """The integer dots of a folded group with one token, left in 16 lanes: x's tail lies folded like the
+    weights (run_matvec.run_activations: the even slices' 64 bytes, then the odd ones'), so 2 vpdpbusd give lane
+    4m + r = run r over slice pair m; the run starts (4 lanes) seed lanes 0-3. Integer sums, exact."""
+    lanes = _pad(builder, starts)
+    for h, w_slices in enumerate(weights.slices):
+        lanes = dot_lanes(builder, lanes, w_slices, load_vector(builder, builder.gep(x_values, [_I64(64 * h)]),
+                                                                _bytes(16)))
+    return lanes
+
+
+def _four_times(builder, vector):
+    """A 4-lane vector repeated into 16 lanes (lane 4m + r = lane r), as the folded dots' lanes are."""
+    return builder.shuffle_vector(vector, vector, ir.Constant(_ints(16), [i % FOLDED_WIDTH for i in range(16)]))
 
 
 def _q5_0_group(builder, group, width):
@@ -266,6 +268,24 @@ def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signatu
     return context.get_dummy_value()
 
 
+def _run_ints(builder, dot_lanes, weights, x_values, starts, width):
+    """The width runs' integer dots (+ starts) of an unfolded group with one token's x slices at x_values, in
+    two dependency chains."""
+    chains = [starts, ir.Constant(_ints(width), None)]
+    for j, w_slice in enumerate(weights.slices):
+        x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
+        chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
+    return builder.add(chains[0], chains[1])
+
+
+def _add_products(builder, accumulator, a, b):
+    """accumulator (16 float lanes) += a * b: one FMA for a full group, a narrower product into the low lanes."""
+    if a.type.count == GROUP_RUNS:
+        builder.store(_fma(builder, a, b, builder.load(accumulator)), accumulator)
+    else:
+        builder.store(builder.fadd(builder.load(accumulator), _pad(builder, builder.fmul(a, b))), accumulator)
+
+
 def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes):
     """The dots of the row at `row` with each token of xs."""
     zero16 = ir.Constant(_floats(16), None)
@@ -282,37 +302,27 @@ def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes)
             prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
         if width == FOLDED_WIDTH and run_format.unpack_folded is not None:
             weights = run_format.unpack_folded(builder, group)
+            lane_scales = _four_times(builder, weights.scales)  # once a row: scale of run r at lanes 4m + r
         else:
             weights = run_format.unpack(builder, group, width)
         for t, (quants, scales, starts, sums) in enumerate(xs):
             x_values = builder.gep(quants, [value_offset])
             run_starts = (load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
                           if run_format.zero_point else ir.Constant(_ints(width), None))
-            if weights.is_folded:
-                run_ints = _folded_run_dots(builder, dot_lanes, weights, x_values, run_starts)
-            else:
-                chains = [run_starts, ir.Constant(_ints(width), None)]
-                for j, w_slice in enumerate(weights.slices):
-                    x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
-                    chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
-                run_ints = builder.add(chains[0], chains[1])
-            run_dots = builder.sitofp(run_ints, _floats(width))
             x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
-            run_scales = builder.fmul(weights.scales, x_scales)
             acc = accumulators[t]
-            if width == GROUP_RUNS:
-                builder.store(_fma(builder, run_dots, run_scales, builder.load(acc)), acc)
-            else:
-                builder.store(builder.fadd(builder.load(acc), _pad(builder, builder.fmul(run_dots, run_scales))),
-                              acc)
+            if weights.is_folded:  # 16 lanes of partial run dots, each lane with its run's scales
+                lanes = builder.sitofp(_folded_run_dots(builder, dot_lanes, weights, x_values, run_starts),
+                                       _floats(16))
+                lane_products = builder.fmul(lane_scales, _four_times(builder, x_scales))
+                builder.store(_fma(builder, lanes, lane_products, builder.load(acc)), acc)
+                continue
+            run_dots = builder.sitofp(_run_ints(builder, dot_lanes, weights, x_values, run_starts, width),
+                                      _floats(width))
+            _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
             if run_format.has_mins:
                 x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
-                total = min_totals[t]
-                if width == GROUP_RUNS:
-                    builder.store(_fma(builder, weights.min_factors, x_sums, builder.load(total)), total)
-                else:
-                    builder.store(builder.fadd(builder.load(total),
-                                               _pad(builder, builder.fmul(weights.min_factors, x_sums))), total)
+                _add_products(builder, min_totals[t], weights.min_factors, x_sums)
 
     full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
     with cgutils.for_range(builder, full_groups) as loop:
