@@ -7,7 +7,7 @@ from numba import njit
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.block_decode import k_scale_and_min
 from kernels_numba.cpu.half import read_half
-from kernels_numba.cpu.run_layout import MIN_GROUP_RUNS, Q8_0_FOLDED_SLICES, SLICE_VALUES, group_runs
+from kernels_numba.cpu.run_layout import FOLDED_SLICES, MIN_GROUP_RUNS, SLICE_VALUES, group_runs
 
 
 @njit(cache=True, inline="always")
@@ -88,19 +88,21 @@ def _decode_q6_k_runs(row, out):
 @njit(cache=True)
 def _decode_q8_0_runs(row, out):
     """Q8_0 groups: G f16 scales | 8 slices of 4G bytes of quant + 128 (a 4-run group's slices in the order
-    Q8_0_FOLDED_SLICES)."""
+    FOLDED_SLICES)."""
     num_runs = out.size // 32
+    scales = np.empty(16, dtype=np.float32)
     first_run, base = 0, 0
     while first_run < num_runs:
         width = group_runs(num_runs - first_run)
+        for lane in range(width):
+            scales[lane] = read_half(row, base + 2 * lane)
         for position in range(8):
-            j = Q8_0_FOLDED_SLICES[position] if width == MIN_GROUP_RUNS else position
+            j = FOLDED_SLICES[position] if width == MIN_GROUP_RUNS else position
             slice_at = base + 2 * width + 4 * width * position
             for lane in range(width):
-                d = read_half(row, base + 2 * lane)
                 for b in range(SLICE_VALUES):
                     q = np.int32(row[slice_at + SLICE_VALUES * lane + b]) - 128
-                    out[32 * (first_run + lane) + SLICE_VALUES * j + b] = d * np.float32(q)
+                    out[32 * (first_run + lane) + SLICE_VALUES * j + b] = scales[lane] * np.float32(q)
         first_run += width
         base += 34 * width
 

@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
-from kernels_numba.cpu.run_layout import GROUP_RUNS, ZERO_POINTS
+from kernels_numba.cpu.run_layout import GROUP_RUNS, MIN_GROUP_RUNS, ZERO_POINTS
 from kernels_numba.cpu.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -92,7 +92,7 @@ class GroupWeights:
     is_folded: bool = False
 
 
-FOLDED_WIDTH = 4  # groups this narrow (a row's tail) fold their 8 slices into 2 full vectors: 2 vpdpbusd a token
+FOLDED_WIDTH = MIN_GROUP_RUNS  # groups this narrow (a row's tail) fold their 8 slices into 2 full vectors
 _EVEN_LANES = [16 * lane + i for lane in (0, 2, 4, 6) for i in range(16)]  # 128-bit lanes 0, 2 of a | of b
 _ODD_LANES = [16 * lane + i for lane in (1, 3, 5, 7) for i in range(16)]
 

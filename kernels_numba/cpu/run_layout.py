@@ -46,7 +46,11 @@ SLICE_VALUES = 4  # values of a run in one slice: one vpdpbusd lane
 RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K, qt.Q8_0: qt.R_Q8_0}
 RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16, qt.R_Q8_0: 32}
 ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32, qt.R_Q8_0: 128}
-Q8_0_FOLDED_SLICES = (0, 2, 4, 6, 1, 3, 5, 7)  # slice order of a Q8_0 group of MIN_GROUP_RUNS runs
+# a group of MIN_GROUP_RUNS runs lies folded (run_dot): at position p its slice FOLDED_SLICES[p], the even slices
+# first (Q8_0's weights, every type's x; Q4_0/Q5_0 nibble pairs give that order on their own), and slice j at
+# position FOLDED_POSITIONS[j]
+FOLDED_SLICES = (0, 2, 4, 6, 1, 3, 5, 7)
+FOLDED_POSITIONS = tuple(FOLDED_SLICES.index(j) for j in range(len(FOLDED_SLICES)))
 REPACK_CHUNK_BYTES = 1 << 24  # rows repacked at a time: the temporaries stay small next to a big LM head
 
 
@@ -164,7 +168,7 @@ def q8_0_sources(row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
         for lane in range(width):
             sources += [34 * (first + lane), 34 * (first + lane) + 1]
             masks += [0, 0]
-        order = Q8_0_FOLDED_SLICES if width == MIN_GROUP_RUNS else range(8)
+        order = FOLDED_SLICES if width == MIN_GROUP_RUNS else range(8)
         for j in order:
             for lane in range(width):
                 sources += [34 * (first + lane) + 2 + SLICE_VALUES * j + b for b in range(SLICE_VALUES)]

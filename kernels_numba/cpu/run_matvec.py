@@ -21,8 +21,8 @@ from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.aligned_buffer import aligned_int8
 from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
-from kernels_numba.cpu.run_dot import FOLDED_WIDTH, row_range_intrinsic
-from kernels_numba.cpu.run_layout import RUN_VALUES, ZERO_POINTS, group_runs
+from kernels_numba.cpu.run_dot import row_range_intrinsic
+from kernels_numba.cpu.run_layout import FOLDED_POSITIONS, MIN_GROUP_RUNS, RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
@@ -68,13 +68,6 @@ def zero_point(code):
     return _ZERO_POINTS[code - qt.R_Q5_0]
 
 
-@njit(cache=True, inline="always")
-def _folded_position(j):
-    """Where slice j of a FOLDED_WIDTH group's x goes: the even slices first, then the odd ones (as the folded
-    weights hold them, run_dot._folded_run_dots)."""
-    return j // 2 if j % 2 == 0 else 4 + j // 2
-
-
 @njit(cache=True)
 def run_activations(code, quants, scales):
     """The 8-bit activations (quants int8 [n, k], scales float32 [n, k/32] of quantize_activations_into) in the
@@ -97,7 +90,7 @@ def run_activations(code, quants, scales):
                 run = first_run + lane
                 total = np.int32(0)
                 for j in range(run_length // LANE_VALUES):
-                    position = _folded_position(j) if width == FOLDED_WIDTH else j
+                    position = FOLDED_POSITIONS[j] if width == MIN_GROUP_RUNS else j  # x folded like the weights
                     for b in range(LANE_VALUES):
                         value = quants[t, run * run_length + LANE_VALUES * j + b]
                         grouped[t, base + LANE_VALUES * (width * position + lane) + b] = value
