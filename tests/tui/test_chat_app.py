@@ -8,21 +8,29 @@ from tui.widgets.chat_input import ChatInput
 from tui.widgets.message_view import MessageView
 
 
-def record_chunks(monkeypatch, seconds_per_chunk=0.0):
-    """Every ReplyChunk the engine thread posts, each after seconds_per_chunk on that thread."""
+def record_chunks(monkeypatch, seconds_per_token=0.0):
+    """Every ReplyChunk the engine thread posts; each token of the engine's stream held seconds_per_token on that
+    thread first (chunks coalesce ~30 ms of tokens, so only a per-token delay bounds the rate)."""
     import time
 
+    from pocketcli.chat.session import ChatSession
     from tui.engine_client import EngineClient
 
-    posted, original = [], EngineClient._post
+    posted, original_post, original_stream = [], EngineClient._post, ChatSession.stream_reply
 
     def record(self, message):
         if isinstance(message, ReplyChunk):
             posted.append(message.text)
-            time.sleep(seconds_per_chunk)
-        original(self, message)
+        original_post(self, message)
+
+    def slow_stream(self, *args, **kwargs):
+        for text in original_stream(self, *args, **kwargs):
+            time.sleep(seconds_per_token)
+            yield text
 
     monkeypatch.setattr(EngineClient, "_post", record)
+    if seconds_per_token:
+        monkeypatch.setattr(ChatSession, "stream_reply", slow_stream)
     return posted
 
 
@@ -35,7 +43,7 @@ def chunks(monkeypatch):
 def slow_chunks(monkeypatch):
     """chunks from an engine held to <= 200 tokens a second: the tiny model would otherwise reach its 2000-token
     budget on a fast CPU before a key press is handled."""
-    return record_chunks(monkeypatch, seconds_per_chunk=0.005)
+    return record_chunks(monkeypatch, seconds_per_token=0.005)
 
 
 async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
