@@ -26,7 +26,7 @@ from numba import njit
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
-from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel
+from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel, heads_per_task
 from kernels_numba.cpu.kv_store import store_kv_into
 from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens, shared_input_matvecs_into
 from kernels_numba.cpu.norm import rms_norm_rows_into
@@ -63,15 +63,18 @@ def _attend(q, k_cache, v_cache, block_tables, positions, scale, sliding_window,
         keys_seen += context_lens[t] if sliding_window <= 0 else min(context_lens[t], sliding_window)
     query_start_loc = np.arange(num_tokens + 1).astype(np.int32)
     token_seq = np.arange(num_tokens)
-    num_tasks = num_tokens * q.shape[1]
     threads = pool_threads()
     # the same work estimate and threshold as paged_attention's
     if threads > 1 and keys_seen * q.shape[1] * q.shape[2] * 2 >= PARALLEL_MIN_WORK:
+        per_task = heads_per_task(num_tokens, q.shape[1], k_cache.shape[2], threads)
+        num_tasks = num_tokens * (q.shape[1] // per_task)
         attend_tasks_parallel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                              sliding_window, softcap, out, max(1, min(num_tasks, CHUNKS_PER_THREAD * threads)))
+                              sliding_window, softcap, out, per_task,
+                              max(1, min(num_tasks, CHUNKS_PER_THREAD * threads)))
     else:
+        per_task = q.shape[1] // k_cache.shape[2]
         attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, 0, num_tasks)
+                     sliding_window, softcap, out, per_task, 0, num_tokens * (q.shape[1] // per_task))
 
 
 @njit(cache=True)

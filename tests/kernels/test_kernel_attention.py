@@ -106,3 +106,33 @@ def test_paged_attention_rejects_inconsistent_metadata():
     q, k_cache, v_cache, block_tables, context_lens, _ = make_paged_batch(rng, context_lens=[4], query_lens=[2])
     with pytest.raises(ValueError, match="query_start_loc"):
         cpu.paged_attention(q, k_cache, v_cache, block_tables, context_lens, np.array([0, 1], np.int32), 1.0)
+
+
+def test_heads_per_task_keeps_a_kv_heads_group_unless_threads_would_idle():
+    from kernels_numba.cpu.attention import heads_per_task
+    assert heads_per_task(8, 4, 1, 2) == 4  # 8 tasks of a kv head's 4 heads for 2 threads
+    assert heads_per_task(1, 4, 1, 2) == 2  # one decode token: 2 tasks of 2 heads, one a thread
+    assert heads_per_task(1, 4, 1, 1) == 4
+    assert heads_per_task(1, 8, 2, 2) == 4  # 2 kv heads already give 2 tasks
+    assert heads_per_task(1, 6, 2, 4) == 3  # an odd group is not split
+
+
+@pytest.mark.parametrize("softcap", [0.0, 5.0])
+def test_a_heads_result_is_the_same_bits_however_heads_are_grouped_into_tasks(softcap):
+    """Grouping a kv head's query heads into one task (they share its K/V reads) must not change any head's bits:
+    a token decodes alike alone (heads split for threads) and in a batch (whole groups)."""
+    from kernels_numba.cpu.attention import attend_tasks, sequence_of_tokens
+    rng = np.random.default_rng(5)
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc = make_paged_batch(
+        rng, context_lens=[23, 9, 14], query_lens=[1, 1, 2], num_heads=8, num_kv_heads=2)
+    token_seq = sequence_of_tokens(query_start_loc, q.shape[0])
+    outs = []
+    for per_task in (4, 2, 1):
+        out = np.empty_like(q)
+        attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, np.float32(0.125),
+                     0, np.float32(softcap), out, per_task, 0, q.shape[0] * (8 // per_task))
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    expected = reference.paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, 0.125,
+                                         0, softcap)
+    np.testing.assert_allclose(outs[0], expected, rtol=1e-5, atol=1e-5)
