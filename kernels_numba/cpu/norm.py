@@ -8,15 +8,24 @@ from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 
 @njit(cache=True, nogil=True, fastmath=SUM_FASTMATH)
 def rms_norm_rows_into(x, weight, eps, out, start, stop):
-    """out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight for rows start..stop-1 of x: [n, d]."""
+    """out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight for rows start..stop-1 of x: [n, d]; out may be x.
+
+    In place, the scaling loop runs over one row view: through two views of the same memory LLVM's runtime
+    overlap check sends it down its scalar path (8 x 640 values in place: ~3.4 cycles a value instead of ~0.3)."""
     dim = x.shape[1]
+    is_in_place = x.ctypes.data == out.ctypes.data
     for i in range(start, stop):
         sum_squares = np.float32(0.0)
         for j in range(dim):
             sum_squares += x[i, j] * x[i, j]
         inv_rms = np.float32(1.0 / np.sqrt(sum_squares / np.float32(dim) + np.float32(eps)))
-        for j in range(dim):
-            out[i, j] = x[i, j] * inv_rms * weight[j]
+        if is_in_place:
+            row = out[i]
+            for j in range(dim):
+                row[j] = row[j] * inv_rms * weight[j]
+        else:
+            for j in range(dim):
+                out[i, j] = x[i, j] * inv_rms * weight[j]
 
 
 @njit(cache=True, parallel=True)

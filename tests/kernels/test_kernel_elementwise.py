@@ -18,6 +18,20 @@ def test_rms_norm(shape, threading_mode):
     assert cpu.rms_norm(x, weight, 1e-6, out=out) is out
 
 
+@pytest.mark.parametrize("shape", [(1, 640), (8, 640), (32, 256)])
+def test_rms_norm_in_place_gives_the_same_bits_as_into_another_array(shape, threading_mode):
+    x = (RNG.standard_normal(shape) * 3).astype(np.float32)
+    weight = RNG.standard_normal(shape[-1]).astype(np.float32)
+    separate = cpu.rms_norm(x, weight, 1e-6, out=np.empty_like(x))
+    in_place = x.copy()
+    assert cpu.rms_norm(in_place, weight, 1e-6, out=in_place) is in_place
+    assert np.array_equal(in_place, separate)
+    rows = x.copy()  # the kernel's row range: rows outside it stay as they were
+    from kernels_numba.cpu.norm import rms_norm_rows_into
+    rms_norm_rows_into(rows, weight, 1e-6, rows, 0, 1)
+    assert np.array_equal(rows[0], separate[0]) and np.array_equal(rows[1:], x[1:])
+
+
 def test_rms_norm_matches_its_definition():
     x = np.array([[3.0, 4.0]], np.float32)
     y = reference.rms_norm(x, np.array([1.0, 2.0], np.float32), 0.0)
