@@ -92,11 +92,13 @@ def load_engine(app, config: EngineConfig, server, backend: str, num_threads: in
     """Load in the background so /health can answer 503 while loading; a load failure stops the server."""
     from ..engine.engine_loop import EngineLoop
     from ..engine.llm_engine import LLMEngine
+    from ..engine.warm_up import warm_up
 
     set_cpu_threads(num_threads)  # numba's count is per thread: the EngineLoop built here hands it to its thread
     try:
         warn_if_first_run(backend)
         engine = LLMEngine(config)
+        warm_up(engine)  # the first request does not wait for kernels to compile or load
         app.state.server.attach(EngineLoop(engine).start())
         # llguidance's view of the vocabulary takes seconds to build: do it now, not in the first request
         threading.Thread(target=lambda: engine.structured_output.ll_tokenizer, daemon=True).start()

@@ -152,6 +152,15 @@ class BlockManager:
         seq.num_cached_tokens = 0
         seq.num_hashed_blocks = 0
 
+    def clear_prefix_cache(self) -> None:
+        """Forget the cached prefixes of every free block (blocks in use keep theirs) and the hit counters."""
+        for block_id in self.free_block_ids:
+            block = self.blocks[block_id]
+            if block.hash != NO_HASH and self.hash_to_block_id.get(block.hash) == block_id:
+                del self.hash_to_block_id[block.hash]
+            block.reset()
+        self.num_prefix_query_tokens = self.num_prefix_hit_tokens = 0
+
     def _free(self, block: Block) -> None:
         self.free_block_ids[block.block_id] = None
         is_findable = block.hash != NO_HASH and self.hash_to_block_id.get(block.hash) == block.block_id

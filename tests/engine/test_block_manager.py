@@ -147,3 +147,22 @@ def test_preempted_sequence_resumes_from_its_own_cached_blocks():
     batch = scheduler.schedule()
     assert b.num_cached_tokens == 4 and [i.num_new_tokens for i in batch.items] == [1]
     assert b.token_ids == [50, 51, 52, 53, 8]
+
+
+def test_clear_prefix_cache_forgets_free_blocks_but_not_those_in_use():
+    from pocketcli.engine.block_manager import BlockManager
+    from pocketcli.engine.sequence import Sequence
+    from pocketcli.sampling_params import SamplingParams
+    manager = BlockManager(num_blocks=8, block_size=4)
+    kept, freed = (Sequence(list(range(start, start + 8)), SamplingParams(), 4) for start in (0, 100))
+    for seq in (kept, freed):
+        manager.allocate(seq, len(seq))
+        seq.num_cached_tokens = len(seq)
+        manager.cache_full_blocks(seq)
+    manager.deallocate(freed)
+    manager.clear_prefix_cache()
+    assert manager.num_prefix_query_tokens == manager.num_prefix_hit_tokens == 0
+    assert sorted(manager.hash_to_block_id.values()) == sorted(kept.block_table)
+    assert manager.num_free_blocks == 8 - len(kept.block_table)
+    again = Sequence(list(range(100, 108)), SamplingParams(), 4)
+    assert manager.cached_prefix(again) == []  # the freed prompt is no longer found

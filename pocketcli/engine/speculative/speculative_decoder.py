@@ -32,6 +32,12 @@ class SpeculativeDecoder:
         if drafter.tap_layer_ids:
             engine.model.tap_layer_ids = frozenset(engine.model.tap_layer_ids | drafter.tap_layer_ids)
 
+    def reset_stats(self) -> None:
+        """Fresh statistics and draft length, as at the start (after the engine's warm-up request)."""
+        self.stats = SpecStats()
+        if self.adaptive_k is not None:
+            self.adaptive_k = AdaptiveK(self.max_k)
+
     # ---- the step
 
     def step(self, batch: ScheduledBatch) -> list[StepOutput]:
