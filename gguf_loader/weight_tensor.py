@@ -28,7 +28,7 @@ class WeightTensor(RowShaped):
     shape: tuple[int, ...]  # logical numpy-order shape, e.g. (out_features, in_features) for a linear weight
     data: np.ndarray  # uint8 [num_rows, bytes_per_row]: raw blocks of each row, zero-copy view of the file
     fp8: Any = None  # FP8 E4M3 weights (1 byte each, stored as I8): their gguf_loader.fp8_layout.FP8Scales
-    # copies of data regrouped for one backend's kernels (kernels_numba/cpu/run_layout.py), made on first use
+    # copies of data regrouped for one backend's kernels (kernels_numba/cpu/matvec/run_layout.py), made on first use
     cpu_layouts: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

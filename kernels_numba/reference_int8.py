@@ -1,4 +1,4 @@
-"""Plain numpy oracle of the 8-bit-activation mat-vec (kernels_numba/cpu/int8_dot.py, int8_matvec.py).
+"""Plain numpy oracle of the 8-bit-activation mat-vec (kernels_numba/cpu/matvec/int8_dot.py, int8_matvec.py).
 
 x is rounded to 8 bits in blocks of 32 values (scale = max|x| / 127, like llama.cpp's Q8_0 activations) and then
 multiplied exactly (float64) with the dequantized weights: the fast kernels differ from this only by float32

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu.fast_exp import exp_f32
+from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 
 SILU, GELU_TANH, SOFTCAP = 0, 1, 2

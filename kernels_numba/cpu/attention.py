@@ -5,10 +5,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu.fast_exp import exp_f32
+from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
-from kernels_numba.cpu.prefetch import CACHE_LINE_BYTES, prefetch_byte
+from kernels_numba.cpu.ir.prefetch import CACHE_LINE_BYTES, prefetch_byte
 from kernels_numba.cpu.prefill_attention import attend_sequence
 
 MIN_BLOCKED_QUERIES = 16  # a sequence with this many queries (a prompt chunk) takes the GEMM-tiled path

@@ -24,11 +24,11 @@ import numpy as np
 from numba import njit
 
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel, heads_per_task
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matmul import cpu_operands, matvec_into, max_fused_tokens, shared_input_matvecs_into
+from kernels_numba.cpu.matvec.matmul import cpu_operands, matvec_into, max_fused_tokens, shared_input_matvecs_into
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into

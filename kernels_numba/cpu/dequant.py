@@ -4,8 +4,8 @@ from numba import njit, prange
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.parallel_policy import use_threads
-from kernels_numba.cpu.quant_type import type_code_of
-from kernels_numba.cpu.row_decode import decode_row
+from kernels_numba.cpu.matvec.quant_type import type_code_of
+from kernels_numba.cpu.matvec.row_decode import decode_row
 
 
 @njit(cache=True, nogil=True)
@@ -32,8 +32,8 @@ def readonly_bytes(w: WeightTensor) -> np.ndarray:
 
 def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Rows `row_ids` of `w` as float32 [len(row_ids), row_length]."""
-    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/fp8.py
-        from kernels_numba.cpu.fp8 import fp8_dequantize_rows
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/matvec/fp8.py
+        from kernels_numba.cpu.matvec.fp8 import fp8_dequantize_rows
         return fp8_dequantize_rows(w, row_ids, out)
     code = type_code_of(w)
     row_ids = np.ascontiguousarray(row_ids, dtype=np.int64).reshape(-1)

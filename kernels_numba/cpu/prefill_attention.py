@@ -15,8 +15,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu.blas import NO_TRANS, TRANS, find_sgemm, sgemm
-from kernels_numba.cpu.fast_exp import exp_f32
+from kernels_numba.cpu.matvec.blas import NO_TRANS, TRANS, find_sgemm, sgemm
+from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.parallel_policy import use_threads
 
 QUERY_BLOCK_TOKENS = 64  # query tokens per tile: 64 tokens x 4 heads x 512 keys = 512 KB of scores, L2-sized

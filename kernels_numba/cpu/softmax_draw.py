@@ -11,9 +11,9 @@ the same sequential code on its own thread, whatever the number of rows or threa
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu.fast_exp import exp_f32
+from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.parallel_policy import use_threads
-from kernels_numba.cpu.vector_max import chunked_max
+from kernels_numba.cpu.ir.vector_max import chunked_max
 
 DRAW_BLOCK = 1024  # weights summed per block sum; the draw makes one block's weights again
 LOWEST_EXPONENT = np.float32(-87.3)  # exp_f32's floor: weights below exp(-87.3) ~ 1e-38 of the largest are 0

@@ -8,7 +8,7 @@ import numpy as np
 from numba import cuda
 
 from gguf_loader.fp8_layout import E4M3_TABLE
-from kernels_numba.cpu.quant_type import (BF16, F16, F32, IQ2_XXS, IQ3_XXS, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1,
+from kernels_numba.cpu.matvec.quant_type import (BF16, F16, F32, IQ2_XXS, IQ3_XXS, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1,
                                           Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0)
 from kernels_numba.cuda.half import float_from_bits, half_to_float, read_half, read_u32
 from kernels_numba.iq_tables import IQ2_XXS_GRID, IQ3_XXS_GRID, IQ4_NL_LEVELS, SIGN_VALUES

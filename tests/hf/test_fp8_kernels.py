@@ -10,7 +10,7 @@ from gguf_loader.fp8_layout import E4M3_TABLE, FP8_STORAGE_TYPE, make_fp8_scales
 from gguf_loader.weight_tensor import WeightTensor, make_weight_tensor
 from kernels_numba import reference_fp8
 
-cpu_fp8 = pytest.importorskip("kernels_numba.cpu.fp8")
+cpu_fp8 = pytest.importorskip("kernels_numba.cpu.matvec.fp8")
 TOLERANCE = 2e-6  # max |error| / max |oracle|: float32 sums of up to 512 products against float64 (measured ~5e-7)
 LAYOUTS = {  # name -> (rows, cols, block size or None); each takes a different path through the kernels
     "block128": (260, 512, (128, 128)),  # fused kernel, 4 scale columns, partial last row block
@@ -126,7 +126,7 @@ def test_fused_kernel_is_vector_code():
     """The decode compiles to vcvtph2ps and packed FMAs, not gathers or scalar converts (inspect_asm)."""
     import numba
 
-    from kernels_numba.cpu import fp8_dot
+    from kernels_numba.cpu.matvec import fp8_dot
     from kernels_numba.cpu.jit_options import SUM_FASTMATH
 
     from llvmlite import binding

@@ -18,11 +18,11 @@ def threading_mode(request, monkeypatch):
 def blas_path(request, monkeypatch):
     """Run a test once on numpy's matmul from the calling thread and once with sgemm called from numba threads
     (that needs OpenBLAS at one thread, as `pocket` runs it; pytest loads numpy before that can be set)."""
-    blas = importlib.import_module("kernels_numba.cpu.blas")
+    blas = importlib.import_module("kernels_numba.cpu.matvec.blas")
     openblas = blas.loaded_openblas()
     if request.param == "numpy":
         monkeypatch.setattr(blas, "find_sgemm", lambda: None)
-        for module in ("kernels_numba.cpu.matmul", "kernels_numba.cpu.prefill_attention"):
+        for module in ("kernels_numba.cpu.matvec.matmul", "kernels_numba.cpu.prefill_attention"):
             monkeypatch.setattr(importlib.import_module(module), "find_sgemm", lambda: None)
         yield request.param
         return

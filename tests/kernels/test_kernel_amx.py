@@ -5,10 +5,10 @@ from gguf import GGMLQuantizationType as QT
 from numba import njit
 
 from kernel_test_data import random_weight, relative_error
-from kernels_numba.cpu import amx_matvec, int8_dot, quant_type
-from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE
+from kernels_numba.cpu.matvec import amx_matvec, int8_dot, quant_type
+from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.int8_matvec import int8_matvec_into
+from kernels_numba.cpu.matvec.int8_matvec import int8_matvec_into
 from kernels_numba.reference_int8 import linear_int8_activations
 
 needs_amx = pytest.mark.skipif(not AMX_IS_AVAILABLE, reason="no AMX on this CPU (or the OS refused the tile state)")

@@ -5,9 +5,9 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu import parallel_policy
-from kernels_numba.cpu.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
+from kernels_numba.cpu.matvec.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
 from kernels_numba.cpu.dequant import readonly_bytes
 
 cpu, reference = get_ops("cpu"), get_ops("reference")

@@ -2,7 +2,7 @@
 import numba
 import numpy as np
 
-from kernels_numba.cpu.fast_exp import exp_f32
+from kernels_numba.cpu.ir.fast_exp import exp_f32
 
 
 @numba.njit

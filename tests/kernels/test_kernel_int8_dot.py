@@ -5,9 +5,9 @@ from gguf import GGMLQuantizationType as QT
 from numba import njit
 
 from kernel_test_data import random_weight, relative_error
-from kernels_numba.cpu import int8_dot, quant_type
+from kernels_numba.cpu.matvec import int8_dot, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.int8_matvec import int8_matvec_into
+from kernels_numba.cpu.matvec.int8_matvec import int8_matvec_into
 from kernels_numba.reference import dequantize
 from kernels_numba.reference_int8 import linear_int8_activations, quantize_activations
 
@@ -24,7 +24,7 @@ def _quantized(x):
 
 def _dot_operands(ggml_type, x):
     """What the dots of ggml_type read for x: (quants, lane scales, lane starts, block sums)."""
-    from kernels_numba.cpu.int8_matvec import activation_operands
+    from kernels_numba.cpu.matvec.int8_matvec import activation_operands
     return activation_operands(getattr(quant_type, ggml_type.name), *_quantized(x))
 
 
@@ -196,7 +196,7 @@ def test_a_long_batch_agrees_with_the_int8_dots(ggml_type):
     """Past MAX_INT8_TOKENS linear multiplies decoded tiles with BLAS; on the rounded activations its rows equal
     the one-token integer dots up to float32 summation order (prefill and decode see the same activations)."""
     from kernels_numba import get_ops
-    from kernels_numba.cpu import matmul
+    from kernels_numba.cpu.matvec import matmul
     rng = np.random.default_rng(8)
     num_tokens = matmul.MAX_INT8_TOKENS + 2
     w = random_weight(ggml_type, (40, 256), rng)

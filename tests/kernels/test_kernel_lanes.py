@@ -1,7 +1,7 @@
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
+from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
 
 
 @njit

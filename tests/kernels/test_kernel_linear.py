@@ -4,8 +4,8 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import ALL_TYPES, random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu import matmul, quant_type
-from kernels_numba.cpu.int8_matvec import INT8_CODES
+from kernels_numba.cpu.matvec import matmul, quant_type
+from kernels_numba.cpu.matvec.int8_matvec import INT8_CODES
 from kernels_numba.reference_int8 import linear_int8_activations
 
 cpu, reference = get_ops("cpu"), get_ops("reference")

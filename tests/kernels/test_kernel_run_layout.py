@@ -8,12 +8,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from gguf_loader.private_bytes import private_bytes
-from kernels_numba.cpu import matmul
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE
+from kernels_numba.cpu.matvec import matmul
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import decode_rows_into
-from kernels_numba.cpu.run_layout import groups_of, repack, run_weights, supports
-from kernels_numba.cpu.run_matvec import TOKEN_TILE, run_matvec_into
+from kernels_numba.cpu.matvec.run_layout import groups_of, repack, run_weights, supports
+from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_matvec_into
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
 

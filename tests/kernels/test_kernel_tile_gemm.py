@@ -6,9 +6,9 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu import blas, int8_dot, matmul, quant_type
+from kernels_numba.cpu.matvec import blas, int8_dot, matmul, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
+from kernels_numba.cpu.matvec.tile_gemm import tiled_matmul_parallel
 
 reference = get_ops("reference")
 OPENBLAS = blas.loaded_openblas()

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels_numba.cpu.matmul import USE_INT8_DOT
+from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine
@@ -25,7 +25,7 @@ GOLDEN_DIR = Path(__file__).parent.parent / "golden"
 RECORDS = json.loads(gzip.decompress((GOLDEN_DIR / "gemma3_270m_greedy.json.gz").read_bytes()))["records"]
 HF_GOLDEN = np.load(GOLDEN_DIR / "gemma3_270m_hf_logits.npz")
 NEAR_TIE = 0.5  # llama.cpp's own top-2 gap below which its 8-bit noise may flip the argmax on this model
-# Where the CPU rounds activations to 8 bits (kernels_numba/cpu/int8_dot.py; this model is all Q8_0/Q5_0/Q4_K/
+# Where the CPU rounds activations to 8 bits (kernels_numba/cpu/matvec/int8_dot.py; this model is all Q8_0/Q5_0/Q4_K/
 # Q6_K) our logits carry that rounding as llama.cpp's carry its own. Measured max |ours - transformers| over the
 # golden top-20s: 1.20 (japanese), mean 0.07-0.20 per record; llama.cpp's own max vs exact math: 2.2 (russian);
 # ours vs llama.cpp: 3.26 (russian). In float32 (no VNNI) ours is exact: ~1e-4 from transformers.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels_numba.cpu.matmul import USE_INT8_DOT
+from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
@@ -35,7 +35,7 @@ def run_checks(path, tp_size: int, prompts, max_tokens: int, **config) -> dict:
         engine.close()
 
 
-# With 8-bit activations (kernels_numba/cpu/int8_dot.py, quantized GGUF weights on a VNNI CPU) a partial sum
+# With 8-bit activations (kernels_numba/cpu/matvec/int8_dot.py, quantized GGUF weights on a VNNI CPU) a partial sum
 # rounded ~1e-6 differently by the all-reduce can tip one activation across a step of its 8-bit grid (max/127 of
 # its block of 32), which later layers spread: measured max 0.62 / mean 0.078 on the default model's logits at
 # --tp 2 (the rounding itself puts them max 1.2 / mean ~0.15 from exact math: tests/models/test_default_model.py).

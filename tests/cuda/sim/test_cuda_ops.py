@@ -6,7 +6,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf_loader.fp8_layout import FP8_STORAGE_TYPE, make_fp8_scales
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba import UnsupportedQuantType, get_ops
-from kernels_numba.cpu.quant_type import SUPPORTED_TYPES
+from kernels_numba.cpu.matvec.quant_type import SUPPORTED_TYPES
 from tests.kernels.kernel_test_data import ALL_TYPES, random_weight, relative_error
 
 cuda_ops, reference = get_ops("cuda"), get_ops("reference")

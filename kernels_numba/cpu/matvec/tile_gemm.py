@@ -7,8 +7,8 @@ columns of `out` (ldc = out's row length).
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu.blas import TRANS, sgemm
-from kernels_numba.cpu.row_decode import decode_row
+from kernels_numba.cpu.matvec.blas import TRANS, sgemm
+from kernels_numba.cpu.matvec.row_decode import decode_row
 
 FLOAT_BYTES = 4
 

@@ -13,12 +13,12 @@ machine, CPU time): 4 tokens 36 ms (was 51-62), 8 tokens 55 (was 84-107), 12 tok
 from numba import literally, njit, prange
 
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
-from kernels_numba.cpu.pair_decode import PAIR_CODES, block_params, pair_values
+from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
+from kernels_numba.cpu.matvec.pair_decode import PAIR_CODES, block_params, pair_values
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, chunk_span, pool_threads, set_pool_threads
-from kernels_numba.cpu.prefetch import prefetch_rows
-from kernels_numba.cpu.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
-from kernels_numba.cpu.tile_fma import fma_block_tile
+from kernels_numba.cpu.ir.prefetch import prefetch_rows
+from kernels_numba.cpu.matvec.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from kernels_numba.cpu.ir.tile_fma import fma_block_tile
 
 MAX_BATCH_TOKENS = 12  # speculative verify sends up to k + 1 = 12 tokens; more go to tile decode + GEMM
 BATCH_CODES = frozenset(PAIR_CODES)

@@ -4,10 +4,10 @@ multiplies faster than the 8-bit dots do at hundreds of tokens."""
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_decode import k_scale_and_min
-from kernels_numba.cpu.half import read_half
-from kernels_numba.cpu.run_layout import FOLDED_SLICES, MIN_GROUP_RUNS, SLICE_VALUES, group_runs
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.block_decode import k_scale_and_min
+from kernels_numba.cpu.ir.half import read_half
+from kernels_numba.cpu.matvec.run_layout import FOLDED_SLICES, MIN_GROUP_RUNS, SLICE_VALUES, group_runs
 
 
 @njit(cache=True, inline="always")

@@ -17,21 +17,21 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu import quant_type as qt
+from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu import parallel_policy
-from kernels_numba.cpu.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
-from kernels_numba.cpu.blas import find_sgemm
+from kernels_numba.cpu.matvec.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
+from kernels_numba.cpu.matvec.blas import find_sgemm
 from kernels_numba.cpu.dequant import decode_rows_into, readonly_bytes
-from kernels_numba.cpu.int8_dot import INT8_DOT_IS_FAST, quantize_activations, round_activations
-from kernels_numba.cpu.int8_matvec import INT8_CODES, int8_matvec_into, int8_matvec_quantized_into
+from kernels_numba.cpu.matvec.int8_dot import INT8_DOT_IS_FAST, quantize_activations, round_activations
+from kernels_numba.cpu.matvec.int8_matvec import INT8_CODES, int8_matvec_into, int8_matvec_quantized_into
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import (CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads,
                                                 use_threads)
-from kernels_numba.cpu.prefetch import prefetch_rows
-from kernels_numba.cpu.row_dot import ROWS_PER_GROUP, dot_group_into
-from kernels_numba.cpu.run_layout import run_weights
-from kernels_numba.cpu.run_matvec import run_activations, run_matvec_into, run_matvec_regrouped_into
-from kernels_numba.cpu.tile_gemm import tiled_matmul_parallel
+from kernels_numba.cpu.ir.prefetch import prefetch_rows
+from kernels_numba.cpu.matvec.row_dot import ROWS_PER_GROUP, dot_group_into
+from kernels_numba.cpu.matvec.run_layout import run_weights
+from kernels_numba.cpu.matvec.run_matvec import run_activations, run_matvec_into, run_matvec_regrouped_into
+from kernels_numba.cpu.matvec.tile_gemm import tiled_matmul_parallel
 
 MAX_FUSED_TOKENS = 8  # measured after the register-accumulator kernels: fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
 TILE_BYTES = 1024 * 1024  # float32 bytes per decoded tile: stays in L2 between decode and GEMM (512K-4M measured)
@@ -201,8 +201,8 @@ def max_fused_tokens(code: int) -> int:
 
 def linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
     """x: float32 [n, k], w: (m, k) -> float32 [n, m] = x @ W.T."""
-    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/fp8.py
-        from kernels_numba.cpu.fp8 import fp8_linear
+    if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/matvec/fp8.py
+        from kernels_numba.cpu.matvec.fp8 import fp8_linear
         return fp8_linear(x, w, out)
     code, data = cpu_operands(w)  # data: [m, bytes_per_row]; its shape is cheaper to read than w.num_rows
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -17,12 +17,12 @@ the group path too, 20-37 tokens 0.99-1.10x.
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.aligned_buffer import aligned_int8
-from kernels_numba.cpu.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
+from kernels_numba.cpu.matvec.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
-from kernels_numba.cpu.run_dot import row_range_intrinsic
-from kernels_numba.cpu.run_layout import FOLDED_POSITIONS, MIN_GROUP_RUNS, RUN_VALUES, ZERO_POINTS, group_runs
+from kernels_numba.cpu.matvec.run_dot import row_range_intrinsic
+from kernels_numba.cpu.matvec.run_layout import FOLDED_POSITIONS, MIN_GROUP_RUNS, RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first

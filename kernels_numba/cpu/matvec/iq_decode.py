@@ -6,8 +6,8 @@ grid indices (8 or 4 magnitudes per entry), one 7-bit sign index per 8 values an
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.block_decode import read_u32, run_length
-from kernels_numba.cpu.half import read_half
+from kernels_numba.cpu.matvec.block_decode import read_u32, run_length
+from kernels_numba.cpu.ir.half import read_half
 from kernels_numba.iq_tables import IQ2_XXS_GRID, IQ3_XXS_GRID, IQ4_NL_LEVELS, SIGN_VALUES
 
 

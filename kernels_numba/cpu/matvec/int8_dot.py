@@ -31,9 +31,9 @@ from numba.core import cgutils
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.half import bits_to_float32
-from kernels_numba.cpu.quantize_ir import block_abs_max_bits, quantize_block_into
-from kernels_numba.cpu.vector_ir import (broadcast_runs, concat, lane_total, load_half, load_vector, memory_barrier,
+from kernels_numba.cpu.ir.half import bits_to_float32
+from kernels_numba.cpu.ir.quantize_ir import block_abs_max_bits, quantize_block_into
+from kernels_numba.cpu.ir.vector_ir import (broadcast_runs, concat, lane_total, load_half, load_vector, memory_barrier,
                                          prefetch, row_pointer)
 
 BLOCK_VALUES = 32  # activation values per scale (and Q8_0 weight values per block)

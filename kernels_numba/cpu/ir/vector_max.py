@@ -11,7 +11,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.vector_ir import I64, data_pointer, is_contiguous_1d, load_vector
+from kernels_numba.cpu.ir.vector_ir import I64, data_pointer, is_contiguous_1d, load_vector
 
 VECTOR_BYTES = 64
 NUM_ACCUMULATORS = 4

@@ -1,12 +1,12 @@
 """decode_row: one row of any supported type to float32, dispatched on its quant_type code."""
 from numba import njit
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_decode import (decode_bf16, decode_f16, decode_f32, decode_k_quant, decode_q2_k,
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.block_decode import (decode_bf16, decode_f16, decode_f32, decode_k_quant, decode_q2_k,
                                             decode_q3_k, decode_q4_0, decode_q4_1, decode_q5_0, decode_q5_1,
                                             decode_q6_k, decode_q8_0)
-from kernels_numba.cpu.iq_decode import decode_iq2_xxs, decode_iq3_xxs, decode_iq4_nl, decode_iq4_xs
-from kernels_numba.cpu.run_decode import decode_run_row
+from kernels_numba.cpu.matvec.iq_decode import decode_iq2_xxs, decode_iq3_xxs, decode_iq4_nl, decode_iq4_xs
+from kernels_numba.cpu.matvec.run_decode import decode_run_row
 
 
 @njit(cache=True)

@@ -9,12 +9,12 @@ length from run_length (a run-time count): measured 3x faster than the unrolled 
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.block_decode import read_u32, run_length
-from kernels_numba.cpu.block_dot import I32
-from kernels_numba.cpu.half import read_half
-from kernels_numba.cpu.iq_decode import group_scale, iq4_xs_scale
+from kernels_numba.cpu.matvec.block_decode import read_u32, run_length
+from kernels_numba.cpu.matvec.block_dot import I32
+from kernels_numba.cpu.ir.half import read_half
+from kernels_numba.cpu.matvec.iq_decode import group_scale, iq4_xs_scale
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
+from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
 from kernels_numba.iq_tables import IQ2_XXS_GRID, IQ3_XXS_GRID, IQ4_NL_LEVELS, SIGN_VALUES
 
 

@@ -1,12 +1,12 @@
 """Dot products of row groups with x for every supported type, dispatched on the quant_type code."""
 from numba import njit
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.block_dot import (dot4_q5, dot4_q8_0, dot4_q8_0_x2, dot4_q5_0_x2, dot_f32, dot_k_quant, dot_q2_k, dot_q3_k, dot_q4_0,
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.block_dot import (dot4_q5, dot4_q8_0, dot4_q8_0_x2, dot4_q5_0_x2, dot_f32, dot_k_quant, dot_q2_k, dot_q3_k, dot_q4_0,
                                          dot_q4_1, dot_q6_k)
-from kernels_numba.cpu.iq_dot import dot_iq2_xxs, dot_iq3_xxs, dot_iq4_nl, dot_iq4_xs
+from kernels_numba.cpu.matvec.iq_dot import dot_iq2_xxs, dot_iq3_xxs, dot_iq4_nl, dot_iq4_xs
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.row_decode import decode_row
+from kernels_numba.cpu.matvec.row_decode import decode_row
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)

@@ -20,8 +20,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.amx_tiles import TILE_SETS, amx_call
-from kernels_numba.cpu.vector_ir import load_half, load_vector, prefetch
+from kernels_numba.cpu.ir.amx_tiles import TILE_SETS, amx_call
+from kernels_numba.cpu.ir.vector_ir import load_half, load_vector, prefetch
 
 TILE_ROWS = 16
 TILE_TOKENS = (1, 2, 4, 8, 16)  # token counts of a pass (padded up): 16 lanes hold whole rows of sums

@@ -12,7 +12,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.vector_ir import I8, I32, data_pointer, is_contiguous_1d, load_vector
+from kernels_numba.cpu.ir.vector_ir import I8, I32, data_pointer, is_contiguous_1d, load_vector
 
 BLOCK_VALUES = 32
 LANE_VALUES = 4

@@ -10,11 +10,11 @@ rows), so a group's rows must share their scale row: block_rows % 4 == 0. Layout
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.block_dot import four_row_sums
-from kernels_numba.cpu.fp8_decode import E4M3_DECODE_FACTOR, decode_e4m3x16
+from kernels_numba.cpu.matvec.block_dot import four_row_sums
+from kernels_numba.cpu.matvec.fp8_decode import E4M3_DECODE_FACTOR, decode_e4m3x16
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.lanes import zeroed_lanes
-from kernels_numba.cpu.prefetch import prefetch_rows
+from kernels_numba.cpu.ir.lanes import zeroed_lanes
+from kernels_numba.cpu.ir.prefetch import prefetch_rows
 
 CHUNK = 32  # columns per lane pass; every scale block holds whole chunks
 ROWS_PER_GROUP = 4

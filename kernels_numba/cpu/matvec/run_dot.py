@@ -26,10 +26,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
-from kernels_numba.cpu.run_layout import GROUP_RUNS, MIN_GROUP_RUNS, ZERO_POINTS
-from kernels_numba.cpu.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
+from kernels_numba.cpu.matvec.run_layout import GROUP_RUNS, MIN_GROUP_RUNS, ZERO_POINTS
+from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _F32, _F16 = ir.FloatType(), ir.HalfType()

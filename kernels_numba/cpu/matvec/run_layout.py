@@ -35,8 +35,8 @@ from numba.extending import register_jitable
 
 from gguf_loader.private_bytes import private_bytes
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 
 GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
 MIN_GROUP_RUNS = 4  # the narrowest tail group (a 128-bit vector): rows of Q4_0/Q5_0 need k % 128 == 0

@@ -8,9 +8,9 @@ its rows sit in L1.
 import numpy as np
 from numba import njit, prange
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.amx_matvec import amx_matvec_into, uses_amx
-from kernels_numba.cpu.int8_dot import (PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS, lane_operands_into, q4_0_dot4,
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.amx_matvec import amx_matvec_into, uses_amx
+from kernels_numba.cpu.matvec.int8_dot import (PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS, lane_operands_into, q4_0_dot4,
                                         q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
                                         q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations)
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads

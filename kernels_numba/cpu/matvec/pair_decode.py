@@ -13,10 +13,10 @@ the SIMD width: see block_dot).
 import numpy as np
 from numba import literally, njit
 
-from kernels_numba.cpu.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
-from kernels_numba.cpu.block_decode import k_scale_and_min, read_u32
-from kernels_numba.cpu.block_dot import q5_quants
-from kernels_numba.cpu.half import read_half
+from kernels_numba.cpu.matvec.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from kernels_numba.cpu.matvec.block_decode import k_scale_and_min, read_u32
+from kernels_numba.cpu.matvec.block_dot import q5_quants
+from kernels_numba.cpu.ir.half import read_half
 
 I32, F32 = np.int32, np.float32
 # the types pair_values decodes; the others keep the one-token-at-a-time kernels

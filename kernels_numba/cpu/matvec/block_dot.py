@@ -15,10 +15,10 @@ callers that pass constants, so LLVM sees constant offsets and emits contiguous 
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.block_decode import k_scale_and_min, q3_k_scale, read_u32
-from kernels_numba.cpu.half import read_half
+from kernels_numba.cpu.matvec.block_decode import k_scale_and_min, q3_k_scale, read_u32
+from kernels_numba.cpu.ir.half import read_half
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
-from kernels_numba.cpu.lanes import lane_sum, zeroed_lanes
+from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
 
 I32 = np.int32
 

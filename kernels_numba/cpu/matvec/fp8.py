@@ -17,8 +17,8 @@ from numba import njit, prange
 from gguf_loader.fp8_layout import E4M3_TABLE
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.fp8_decode import E4M3_DECODE_FACTOR, decode_e4m3x16
-from kernels_numba.cpu.fp8_dot import CHUNK, ROWS_PER_GROUP, fast_layout, fp8_groups_into
+from kernels_numba.cpu.matvec.fp8_decode import E4M3_DECODE_FACTOR, decode_e4m3x16
+from kernels_numba.cpu.matvec.fp8_dot import CHUNK, ROWS_PER_GROUP, fast_layout, fp8_groups_into
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 

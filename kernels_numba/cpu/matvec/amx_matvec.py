@@ -12,10 +12,10 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
-from kernels_numba.cpu import quant_type as qt
-from kernels_numba.cpu.amx_dot import (TILE_ROWS, TILE_TOKENS, group_dots_1, group_dots_2, group_dots_4, group_dots_8,
+from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.amx_dot import (TILE_ROWS, TILE_TOKENS, group_dots_1, group_dots_2, group_dots_4, group_dots_8,
                                        group_dots_16)
-from kernels_numba.cpu.amx_tiles import AMX_IS_AVAILABLE, configure_tiles, release_tiles
+from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE, configure_tiles, release_tiles
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 MAX_TILE_TOKENS = 16  # tokens per pass: the 16 int32 columns of a C tile

@@ -7,7 +7,7 @@ iq_decode; row_decode dispatches on the type code.
 import numpy as np
 from numba import njit
 
-from kernels_numba.cpu.half import bits_to_float32, read_half
+from kernels_numba.cpu.ir.half import bits_to_float32, read_half
 
 
 @njit(cache=True)

@@ -1,0 +1,1 @@
+"""LLVM IR helpers (numba intrinsics): SIMD vectors, 8-bit activation quantization, prefetch, AMX tiles, fast exp."""
