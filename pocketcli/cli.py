@@ -1,25 +1,33 @@
-"""`pocket`: the command-line entry point. Each subcommand lives in pocketcli/commands/."""
+"""`pocket`: the command-line entry point. Each subcommand lives in pocketcli/commands/.
+
+Startup stays light: the command modules import the engine, numba and the kernels inside the functions that
+run them, so `pocket --help`, `--version`, `list`, `info` and `tokenize` never load them
+(tests/cli/test_light_commands.py)."""
 from __future__ import annotations
 
 import argparse
 import sys
 import traceback
 
-from .errors import USER_ERRORS
-
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
-def make_parser() -> argparse.ArgumentParser:
+def command_modules() -> tuple:
+    """The modules in pocketcli/commands/, in the order `pocket --help` lists them: add a new subcommand here.
+    Imported by name, not found by a scan, so PyInstaller sees them."""
     from .commands import bench, chat, generate, info, models_cmd, serve, tokenize
 
+    return (generate, chat, tokenize, info, bench, models_cmd, serve)
+
+
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pocket", description="PocketLLM: run LLMs locally.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     parser.add_argument("--version", action="store_true",
                         help="show the version, the CPU/CUDA backends available and the numba cache dir")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (generate, chat, tokenize, info, bench, models_cmd, serve):
+    for module in command_modules():
         module.add_parser(subparsers)
     return parser
 
@@ -36,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USER_ERROR
+    from .errors import USER_ERRORS
+
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -1,12 +1,14 @@
 """`pocket --version`: the version, the compute backends this install can use, and where compiled kernels go.
 
-The same report for the Python install and the frozen binary; nothing here compiles a kernel or needs a GPU.
+The same report for the Python install and the frozen binary; nothing here compiles a kernel or needs a GPU,
+nor imports the kernels (kernels_numba.cpu) or, without an NVIDIA driver, numba.cuda: each takes a second.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import sys
 import tomllib
@@ -101,10 +103,15 @@ def cuda_report() -> tuple[str, ...]:
 
 
 def cuda_missing_reason() -> str:
+    from .device import has_nvidia_driver
+
     if importlib.util.find_spec("numba_cuda") is None:
         if getattr(sys, "frozen", False):
             return "this binary was built without CUDA support"
         return f"numba-cuda is not installed: {CUDA_INSTALL_HINT}"
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    if not (simulated or has_nvidia_driver()):  # answers in milliseconds, without importing numba.cuda
+        return "no NVIDIA driver found"
     try:
         from numba import config
         from numba.cuda.cudadrv.driver import driver
@@ -152,15 +159,23 @@ def numba_cache_dir() -> str:
 
 
 def kernel_cache_path() -> str:
-    importlib.import_module("kernels_numba.cpu")
-    for name, module in sorted(sys.modules.items()):
-        if not name.startswith("kernels_numba.cpu.") or module is None:
-            continue
-        for value in vars(module).values():
-            cache = getattr(value, "_cache", None)
-            if getattr(cache, "_cache_path", None):
-                return cache._cache_path
-    return ""
+    """The cache dir numba's locators pick for a function in kernels_numba/cpu/, asked with a stand-in function
+    there: importing the kernels themselves would take seconds."""
+    import kernels_numba  # the light package: get_ops, no kernels
+    from numba.core.caching import CompileResultCacheImpl
+
+    stand_in = stand_in_function(os.path.join(os.path.dirname(kernels_numba.__file__), "cpu", "__init__.py"))
+    try:
+        return CompileResultCacheImpl(stand_in).locator.get_cache_path()
+    except RuntimeError:  # no locator: no writable cache location
+        return ""
+
+
+def stand_in_function(py_file: str):
+    """An empty function that says it was defined in py_file (numba's locators go by the function's file)."""
+    namespace: dict = {}
+    exec(compile("def kernel():\n    pass\n", py_file, "exec"), namespace)
+    return namespace["kernel"]
 
 
 def one_line(message) -> str:

@@ -4,10 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import numba
-
-from ..engine.benchmark import peak_rss_bytes, run_benchmark
-from ..parallel.parallel_report import format_parallel_report, parallel_report, reset_parallel_counters
 from .common import add_engine_arguments, add_model_argument, make_engine
 
 
@@ -23,6 +19,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numba
+
+    from ..engine.benchmark import peak_rss_bytes, run_benchmark
+    from ..parallel.parallel_report import format_parallel_report, parallel_report, reset_parallel_counters
+
     if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
         raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
     # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..chat.session import ChatSession, ChatSettings, EngineOptions
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
                      spec_config, warn_if_first_run)
@@ -26,7 +25,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def make_session(args: argparse.Namespace) -> ChatSession:
+def make_session(args: argparse.Namespace):
+    from ..chat.session import ChatSession, ChatSettings, EngineOptions
+
     settings = ChatSettings(system=args.system, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed)
     backend = kernel_backend(args)

@@ -6,7 +6,6 @@ import sys
 
 from ..config import EngineConfig
 from ..errors import UsageError
-from ..registry import resolve_model
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +38,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 def spec_config(args: argparse.Namespace) -> dict:
     """EngineConfig keywords for the speculative-decoding flags."""
+    from ..registry import resolve_model
+
     draft = getattr(args, "draft_model", None)
     return {"spec": getattr(args, "spec", None), "spec_k": getattr(args, "spec_k", 4),
             "draft_model_path": resolve_model(draft) if draft else None}
@@ -88,6 +89,7 @@ def kernel_backend(args: argparse.Namespace) -> str:
 
 def make_engine(args: argparse.Namespace):
     from ..engine.llm_engine import LLMEngine
+    from ..registry import resolve_model
 
     set_cpu_threads(args.threads)
     backend = kernel_backend(args)

@@ -6,8 +6,6 @@ import json
 import sys
 import time
 
-from ..chat.session import encode_messages
-from ..engine.generation import stream_generate
 from ..errors import UsageError
 from ..sampling_params import SamplingParams
 from .common import add_engine_arguments, add_model_argument, make_engine, read_prompt
@@ -70,6 +68,8 @@ def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[
     messages = chat_messages(args, prompt)
     if messages is None:
         return engine.tokenizer.encode(prompt, add_special=True, parse_special=True)
+    from ..chat.session import encode_messages
+
     return encode_messages(engine, messages)
 
 
@@ -81,6 +81,8 @@ def speculative_stats(engine) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine.generation import stream_generate
+
     params = make_sampling_params(args)
     prompt = None if args.messages else read_prompt(args)
     load_started = time.perf_counter()

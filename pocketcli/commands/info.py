@@ -4,13 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gguf_loader.fp8_layout import FP8_STORAGE_TYPE
-from gguf_loader.hparams import read_hparams
-
 from ..device import DEVICES, describe_device, resolve_device
-from ..model_source import open_model_file
-from ..models import model_class_for
-from ..registry import resolve_model
 from .common import add_model_argument
 
 
@@ -23,6 +17,10 @@ def add_parser(subparsers) -> None:
 
 
 def describe(model_file) -> dict:
+    from gguf_loader.hparams import read_hparams
+
+    from ..models import model_class_for
+
     metadata = model_file.metadata
     model_class_for(model_file.architecture)
     vocab_size = model_file.tensor_infos["token_embd.weight"].shape[0]
@@ -61,6 +59,8 @@ def hf_details(model_file) -> dict:
 
 def fp8_details(model_file) -> dict:
     """FP8 E4M3 weights: how many, their scale layouts, their static activation scales (if any)."""
+    from gguf_loader.fp8_layout import FP8_STORAGE_TYPE
+
     layouts: dict[str, int] = {}
     input_scales: list[float] = []
     num_bytes = 0
@@ -93,6 +93,9 @@ def _prod(shape) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model_source import open_model_file
+    from ..registry import resolve_model
+
     info = describe(open_model_file(resolve_model(args.model)))
     info.update(memory_details(info, resolve_device(args.device)))
     if args.json:

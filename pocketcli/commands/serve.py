@@ -9,7 +9,6 @@ import threading
 
 from ..config import EngineConfig
 from ..errors import UsageError
-from ..registry import load_registry, resolve_model
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
                      spec_config, warn_if_first_run)
 
@@ -40,10 +39,14 @@ def served_model_name(args: argparse.Namespace) -> str:
         return args.served_model_name
     if args.model:
         return os.path.splitext(os.path.basename(args.model))[0]
+    from ..registry import load_registry
+
     return load_registry().default
 
 
 def make_engine_config(args: argparse.Namespace) -> EngineConfig:
+    from ..registry import resolve_model
+
     backend = kernel_backend(args)
     return EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..registry import resolve_model
-from ..model_source import make_tokenizer, open_model_file
 from .common import add_model_argument
 
 
@@ -20,6 +18,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model_source import make_tokenizer, open_model_file
+    from ..registry import resolve_model
+
     tokenizer = make_tokenizer(open_model_file(resolve_model(args.model)))
     ids = tokenizer.encode(args.text, add_special=not args.no_special, parse_special=not args.no_parse_special)
     pieces = [tokenizer.token_to_piece(i, special=True).decode("utf-8", errors="backslashreplace") for i in ids]

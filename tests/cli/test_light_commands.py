@@ -1,0 +1,54 @@
+"""Cheap commands stay cheap: `pocket --help`, `--version`, `list`, `info` and `tokenize` never import numba's
+compiler stack through the kernels (kernels_numba.cpu), each run in a fresh interpreter."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pocketcli.device import has_nvidia_driver
+from pocketcli.errors import USER_ERRORS
+
+CHILD = """
+import json, sys
+from pocketcli.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in ("numba", "kernels_numba"))))
+"""
+# `info` describes the GPU when there is one (numba.cuda): the CPU is what this test is about
+DEVICE_CPU = ["--device", "cpu"] if has_nvidia_driver() else []
+
+
+def imported_modules(*args: str) -> list[str]:
+    completed = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["info", *DEVICE_CPU], ["tokenize", "Hello world"]],
+                         ids=["help", "list", "info", "tokenize"])
+def test_command_does_not_import_numba(args):
+    modules = imported_modules(*args)
+    assert not [name for name in modules if name == "numba" or name.startswith(("numba.", "kernels_numba.cpu"))]
+
+
+def test_version_reports_numba_without_the_kernels():
+    """--version reports numba's own settings (threads, cache dir: asked of numba), so numba loads; the kernels
+    and, without an NVIDIA driver, numba.cuda do not."""
+    modules = imported_modules("--version")
+    assert "numba" in modules and not [name for name in modules if name.startswith("kernels_numba.cpu")]
+    if not has_nvidia_driver():
+        assert "numba.cuda" not in modules
+
+
+def test_user_errors_cover_the_errors_of_the_heavy_modules():
+    """errors.py imports neither the engine nor gguf_loader: their errors are ValueErrors, which USER_ERRORS holds."""
+    from gguf_loader import ModelFileError, UnsupportedModelError
+    from pocketcli.device import DeviceUnavailableError
+    from pocketcli.engine.llm_engine import PromptTooLongError
+
+    for error in (ModelFileError, UnsupportedModelError, DeviceUnavailableError, PromptTooLongError):
+        assert issubclass(error, USER_ERRORS)
