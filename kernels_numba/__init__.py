@@ -6,7 +6,11 @@ import importlib.util  # noqa: F401  (numba-cuda's import hook uses it without i
 import sys
 from types import ModuleType
 
+from kernels_numba.cpu_tier import apply_cpu_tier
 from kernels_numba.errors import UnsupportedQuantType
+
+# before any kernel module imports numba: numba reads its CPU name and features once (cpu_tier.py)
+apply_cpu_tier()
 
 
 def _narrow_numba_cuda_redirector() -> None:

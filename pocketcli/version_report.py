@@ -34,6 +34,7 @@ class VersionReport:
     cpu_name: str
     cpu_features: tuple[str, ...]
     cpu_threads: int
+    cpu_tier: str  # what the kernels compile for (kernels_numba/cpu_tier.py) and why
     cuda_lines: tuple[str, ...]
     numba_cache_dir: str
 
@@ -45,7 +46,7 @@ def make_version_report() -> VersionReport:
     return VersionReport(version=package_version(), python=platform.python_version(), numba=numba.__version__,
                          llvmlite=llvmlite.__version__, executable=frozen_executable(), cpu_name=cpu_name(),
                          cpu_features=cpu_features(), cpu_threads=numba.config.NUMBA_NUM_THREADS,
-                         cuda_lines=cuda_report(), numba_cache_dir=numba_cache_dir())
+                         cpu_tier=describe_cpu_tier(), cuda_lines=cuda_report(), numba_cache_dir=numba_cache_dir())
 
 
 def format_version_report(report: VersionReport) -> str:
@@ -54,6 +55,7 @@ def format_version_report(report: VersionReport) -> str:
     lines = [f"pocket {report.version} ({build})",
              f"Python {report.python}, numba {report.numba}, llvmlite {report.llvmlite}",
              f"CPU: available: {report.cpu_name}, {report.cpu_threads} threads; features: {features}",
+             f"CPU tier: {report.cpu_tier}",
              *report.cuda_lines,
              f"numba cache: {report.numba_cache_dir}"]
     return "\n".join(lines)
@@ -77,11 +79,24 @@ def frozen_executable() -> str:
 
 
 def cpu_name() -> str:
-    """The CPU numba compiles for: NUMBA_CPU_NAME when set, else the host as LLVM names it."""
+    """This CPU as LLVM names it (what numba compiles for is the tier's CPU name: describe_cpu_tier)."""
     import llvmlite.binding as llvm
-    from numba.core import config
 
-    return config.CPU_NAME or llvm.get_host_cpu_name()
+    return llvm.get_host_cpu_name()
+
+
+def describe_cpu_tier(environ=os.environ) -> str:
+    """'avx512 (x86-64-v4: AVX-512 ...; picked from this CPU)': the tier numba's settings name, and who chose it."""
+    from kernels_numba import cpu_tier  # the light package sets the tier (no kernels, no numba)
+
+    name = cpu_tier.current_tier(environ)
+    if name == cpu_tier.CUSTOM:
+        return f"custom (NUMBA_CPU_NAME={environ[cpu_tier.CPU_NAME_ENV]} set by the user)"
+    if name == cpu_tier.NATIVE:
+        return "none (numba compiles for this exact CPU)"
+    tier = cpu_tier.tier_named(name)
+    chooser = f"forced by {cpu_tier.TIER_ENV}" if environ.get(cpu_tier.TIER_ENV) else "picked from this CPU"
+    return f"{tier.name} ({tier.cpu_name}: {tier.summary}; {chooser})"
 
 
 def cpu_features() -> tuple[str, ...]:

@@ -5,3 +5,7 @@ before any test module imports numpy, so the whole suite runs the engine's produ
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# numba's CPU name and features come from the CPU tier (kernels_numba/cpu_tier.py), set when kernels_numba is
+# imported: before any test module can compile with numba
+import kernels_numba  # noqa: E402,F401

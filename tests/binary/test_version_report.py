@@ -1,5 +1,6 @@
 """`pocket --version` in the Python install: version, CPU/CUDA backends, numba cache dir (fast; no binary)."""
 import importlib.util
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -43,3 +44,17 @@ def test_cuda_reason_without_numba_cuda(monkeypatch):
         f"CUDA: not available (numba-cuda is not installed: {version_report.CUDA_INSTALL_HINT})",)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert version_report.cuda_report() == ("CUDA: not available (this binary was built without CUDA support)",)
+
+
+def test_cpu_tier_line_names_the_tier_and_who_chose_it(capsys):
+    from kernels_numba import cpu_tier
+
+    assert main(["--version"]) == 0
+    tier = cpu_tier.chosen_tier(os.environ, cpu_tier.host_features())  # the host's, unless the run forces one
+    assert f"CPU tier: {tier.name} ({tier.cpu_name}: " in capsys.readouterr().out
+    avx2 = cpu_tier.tier_named("avx2")
+    forced = {"POCKET_CPU_TIER": "avx2", "NUMBA_CPU_NAME": avx2.cpu_name, "NUMBA_CPU_FEATURES": avx2.features}
+    assert version_report.describe_cpu_tier(forced) == (
+        "avx2 (x86-64-v3: AVX2 + FMA + F16C + BMI2; forced by POCKET_CPU_TIER)")
+    assert version_report.describe_cpu_tier({"NUMBA_CPU_NAME": "znver3"}) == (
+        "custom (NUMBA_CPU_NAME=znver3 set by the user)")
