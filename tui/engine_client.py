@@ -10,8 +10,9 @@ from collections.abc import Callable
 from textual.message_pump import MessagePump
 
 from pocketcli.chat.session import ChatSession
+from pocketcli.compile_progress import CompileProgress, CompileWatch
 
-from .messages import ModelFailed, ModelLoaded, ModelLoading, ReplyChunk, ReplyFailed, ReplyFinished
+from .messages import KernelsCompiling, ModelFailed, ModelLoaded, ModelLoading, ReplyChunk, ReplyFailed, ReplyFinished
 
 CHUNK_INTERVAL_S = 0.03  # coalesce tokens so a fast model does not flood the UI with messages
 
@@ -42,18 +43,22 @@ class EngineClient:
 
     # --- the engine thread -------------------------------------------------------------------------------
     def serve(self, is_cancelled: Callable[[], bool]) -> None:
-        while not (self.closed.is_set() or is_cancelled()):
-            try:
-                job = self.jobs.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if job is None:
-                return
-            job()
+        with CompileWatch(self._post_compile_progress):  # kernels compile in the first reply (a cold cache)
+            while not (self.closed.is_set() or is_cancelled()):
+                try:
+                    job = self.jobs.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if job is None:
+                    return
+                job()
 
     def _post(self, message) -> None:
         if self.target is not None:
             self.target.post_message(message)
+
+    def _post_compile_progress(self, progress: CompileProgress) -> None:  # on the compile watch's thread
+        self._post(KernelsCompiling(progress))
 
     def _load_model(self, model: str | None) -> None:
         self._post(ModelLoading(model or self.session.model_label))

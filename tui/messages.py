@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from pocketcli.chat.session import ReplyStats
+from pocketcli.compile_progress import CompileProgress
 
 
 @dataclass
@@ -21,6 +22,11 @@ class ModelLoaded(Message):
 @dataclass
 class ModelFailed(Message):
     error: str
+
+
+@dataclass
+class KernelsCompiling(Message):
+    progress: CompileProgress  # is_done: the last of a burst of compiles
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """`pocket chat --plain`: a prompt_toolkit REPL (persistent history, multi-line input) streaming replies
-through rich; with stdin not a terminal it answers the whole of stdin once and exits."""
+through rich; with stdin not a terminal it answers the whole of stdin once and exits. Kernels compiling (a cold
+numba cache) show on stderr, or in the loading spinner while a model loads."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +8,8 @@ from contextlib import closing
 
 from rich.console import Console
 
+from ..compile_progress import CompileProgress, CompileWatch
+from ..compile_progress_line import report_compiles_to_stderr
 from ..paths import history_file
 from .session import ChatSession
 from .thinking import ThinkingStream
@@ -17,11 +20,12 @@ BANNER = "[bold]pocket chat[/] · model [cyan]{model}[/] · Enter sends, Ctrl+J 
 
 
 def run_pipe(session: ChatSession, text: str) -> int:
-    session.load_model()
-    session.send(text)
-    for piece in session.stream_reply():
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+    with report_compiles_to_stderr() as compiles:
+        session.load_model()
+        session.send(text)
+        for piece in compiles.stream_after_compiles(session.stream_reply()):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
     sys.stdout.write("\n")
     if session.last_stats is not None and session.last_stats.context_note:
         print(session.last_stats.context_note, file=sys.stderr)
@@ -30,8 +34,7 @@ def run_pipe(session: ChatSession, text: str) -> int:
 
 def run_repl(session: ChatSession, console: Console | None = None) -> int:
     console = console or Console(highlight=False)
-    with console.status(f"loading {session.model_label}..."):
-        session.load_model()
+    load_model(session, console)
     console.print(BANNER.format(model=session.model_label))
     prompt_session = make_prompt_session()
     while True:
@@ -57,8 +60,7 @@ def run_repl_slash(session: ChatSession, line: str, console: Console) -> None:
     console.print(result.text, style="red" if result.action == "error" else "dim", markup=False)
     if result.action == "model":
         try:
-            with console.status(f"loading {result.arg}..."):
-                session.load_model(result.arg)
+            load_model(session, console, result.arg)
             console.print(f"model: {session.model_label}", style="dim")
         except Exception as exc:  # a bad name or file must not end the chat
             console.print(f"cannot load {result.arg}: {exc}", style="red", markup=False)
@@ -67,11 +69,26 @@ def run_repl_slash(session: ChatSession, line: str, console: Console) -> None:
             console.print(("> " if turn.role == "user" else "") + turn.content, markup=False)
 
 
+def load_model(session: ChatSession, console: Console, model: str | None = None) -> None:
+    """Loads under a spinner that also tells which kernels compile, if any do."""
+    label = model or session.model_label
+    with console.status(f"loading {label}...") as status:
+        with CompileWatch(lambda progress: show_compile_status(console, status, label, progress)):
+            session.load_model(model)
+
+
+def show_compile_status(console: Console, status, label: str, progress: CompileProgress) -> None:
+    if not progress.is_done:
+        status.update(f"loading {label}: {progress.describe()}")
+    elif progress.summary():
+        console.print(progress.summary(), style="dim", markup=False)
+
+
 def stream_to_console(session: ChatSession, console: Console) -> None:
     try:
         stream = ThinkingStream()
-        with closing(session.stream_reply()) as pieces:
-            for piece in pieces:
+        with closing(session.stream_reply()) as pieces, report_compiles_to_stderr() as compiles:
+            for piece in compiles.stream_after_compiles(pieces):
                 for kind, text in stream.feed(piece):
                     print_reply_delta(console, kind, text, stream)
         console.print()

@@ -21,6 +21,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import numba
 
+    from ..compile_progress_line import report_compiles_to_stderr
     from ..engine.benchmark import peak_rss_bytes, run_benchmark
     from ..parallel.parallel_report import format_parallel_report, parallel_report, reset_parallel_counters
 
@@ -29,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
     # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
     args.ctx_size = args.n_prompt + args.n_gen + 16
     args.prefix_caching = False  # every repetition must really process its prompt
-    engine = make_engine(args)
-    if getattr(engine, "rank_group", None) is not None:  # every rank loads its kernels first: not in the shares
-        run_benchmark(engine, min(args.n_prompt, 8), min(args.n_gen, 2), 1, warmup=False)
-        reset_parallel_counters(engine)
-    results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
+    with report_compiles_to_stderr():  # kernels compile in the load and the warm-up run (cold cache)
+        engine = make_engine(args)
+        if getattr(engine, "rank_group", None) is not None:  # every rank loads its kernels first: not in the shares
+            run_benchmark(engine, min(args.n_prompt, 8), min(args.n_gen, 2), 1, warmup=False)
+            reset_parallel_counters(engine)
+        results = run_benchmark(engine, args.n_prompt, args.n_gen, args.repetitions)
     rss_mib = peak_rss_bytes() / 2**20
     threads = numba.get_num_threads()
     model_file = engine.model_file

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
-                     spec_config, warn_if_first_run)
+                     spec_config)
 
 
 def add_parser(subparsers) -> None:
@@ -47,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
         from ..chat.repl import run_pipe
 
         return run_pipe(session, text)
-    warn_if_first_run(session.engine_options.backend)
     if args.plain:
         from ..chat.repl import run_repl
 

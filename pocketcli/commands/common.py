@@ -93,22 +93,11 @@ def make_engine(args: argparse.Namespace):
 
     set_cpu_threads(args.threads)
     backend = kernel_backend(args)
-    warn_if_first_run(backend)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                           max_num_batched_tokens=args.batch_size, backend=backend,
                           enable_prefix_caching=getattr(args, "prefix_caching", True), **spec_config(args),
                           **parallel_config(args, backend))
     return LLMEngine(config)
-
-
-def warn_if_first_run(backend: str) -> None:
-    """Tell an interactive user why the first run pauses; scripts reading stderr get only real errors."""
-    if backend != "cpu" or not sys.stderr.isatty():
-        return
-    from kernels_numba import get_ops
-
-    if not get_ops("cpu").is_compiled():
-        print("first run: compiling CPU kernels (about a minute; cached for later runs)", file=sys.stderr)
 
 
 def set_cpu_threads(num_threads: int) -> None:

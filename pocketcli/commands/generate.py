@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable, Iterator
 
 from ..errors import UsageError
 from ..sampling_params import SamplingParams
@@ -80,23 +81,39 @@ def speculative_stats(engine) -> dict:
     return {"speculative": {"method": engine.config.spec, **engine.speculative.stats.as_dict()}}
 
 
-def run(args: argparse.Namespace) -> int:
+def generate(engine, prompt_ids: list[int], params: SamplingParams, compiles, show_text: bool) -> list:
+    """The generation's chunks; with show_text their text streams to stdout, held back while kernels compile (the
+    progress line on stderr would cut into it)."""
     from ..engine.generation import stream_generate
+
+    chunks: list = []
+    for text in compiles.stream_after_compiles(stream_texts(stream_generate(engine, prompt_ids, params), chunks)):
+        if show_text and text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    return chunks
+
+
+def stream_texts(chunks: Iterable, seen: list) -> Iterator[str]:
+    """Each chunk's text; the chunks themselves kept in seen."""
+    for chunk in chunks:
+        seen.append(chunk)
+        yield chunk.text
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compile_progress_line import report_compiles_to_stderr
 
     params = make_sampling_params(args)
     prompt = None if args.messages else read_prompt(args)
-    load_started = time.perf_counter()
-    engine = make_engine(args)
-    load_seconds = time.perf_counter() - load_started
-    prompt_ids = encode_prompt(engine, args, prompt)
-    pieces, token_ids, last = [], [], None
-    for chunk in stream_generate(engine, prompt_ids, params):
-        pieces.append(chunk.text)
-        token_ids.extend(chunk.token_ids)
-        last = chunk
-        if not args.json and chunk.text:
-            sys.stdout.write(chunk.text)
-            sys.stdout.flush()
+    with report_compiles_to_stderr() as compiles:  # kernels compile in the load and the first steps (cold cache)
+        load_started = time.perf_counter()
+        engine = make_engine(args)
+        load_seconds = time.perf_counter() - load_started
+        prompt_ids = encode_prompt(engine, args, prompt)
+        chunks = generate(engine, prompt_ids, params, compiles, show_text=not args.json)
+    pieces, last = [chunk.text for chunk in chunks], chunks[-1]
+    token_ids = [token_id for chunk in chunks for token_id in chunk.token_ids]
     stats = last.stats
     timings = {"load_s": round(load_seconds, 3), "prompt_s": round(stats.prompt_seconds, 3),
                "decode_s": round(stats.decode_seconds, 3),

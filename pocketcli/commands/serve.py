@@ -10,7 +10,7 @@ import threading
 from ..config import EngineConfig
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
-                     spec_config, warn_if_first_run)
+                     spec_config)
 
 log = logging.getLogger("pocketcli.serve")
 
@@ -68,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
                    reasoning_parser=args.reasoning_parser)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                            timeout_graceful_shutdown=5))
-    loader = threading.Thread(target=load_engine, args=(app, config, server, config.backend, args.threads),
-                              daemon=True)
+    loader = threading.Thread(target=load_engine, args=(app, config, server, args.threads), daemon=True)
     loader.start()
     server.run()
     engine_loop = app.state.server.engine_loop
@@ -91,17 +90,18 @@ def check_parsers(args: argparse.Namespace) -> None:
                          f"got {args.reasoning_parser!r}")
 
 
-def load_engine(app, config: EngineConfig, server, backend: str, num_threads: int = 0) -> None:
+def load_engine(app, config: EngineConfig, server, num_threads: int = 0) -> None:
     """Load in the background so /health can answer 503 while loading; a load failure stops the server."""
+    from ..compile_progress_line import report_compiles_to_stderr
     from ..engine.engine_loop import EngineLoop
     from ..engine.llm_engine import LLMEngine
     from ..engine.warm_up import warm_up
 
     set_cpu_threads(num_threads)  # numba's count is per thread: the EngineLoop built here hands it to its thread
     try:
-        warn_if_first_run(backend)
-        engine = LLMEngine(config)
-        warm_up(engine)  # the first request does not wait for kernels to compile or load
+        with report_compiles_to_stderr():  # its summary comes before "ready"
+            engine = LLMEngine(config)
+            warm_up(engine)  # the first request does not wait for kernels to compile or load
         app.state.server.attach(EngineLoop(engine).start())
         # llguidance's view of the vocabulary takes seconds to build: do it now, not in the first request
         threading.Thread(target=lambda: engine.structured_output.ll_tokenizer, daemon=True).start()

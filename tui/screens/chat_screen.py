@@ -14,7 +14,8 @@ from pocketcli.chat.session import ChatSession
 from pocketcli.chat.slash import is_slash, run_slash
 
 from ..engine_client import EngineClient
-from ..messages import ModelFailed, ModelLoaded, ModelLoading, ReplyChunk, ReplyFailed, ReplyFinished
+from ..messages import (KernelsCompiling, ModelFailed, ModelLoaded, ModelLoading, ReplyChunk, ReplyFailed,
+                        ReplyFinished)
 from ..widgets.chat_input import ChatInput
 from ..widgets.conversation_list import ConversationList
 from ..widgets.message_view import MessageView
@@ -42,6 +43,7 @@ class ChatScreen(Screen):
         self.generating = False
         self.model_loading = True
         self.announce_model = False
+        self.compile_note = ""  # which kernel numba compiles, while it does
         self.editing_turn_id: str | None = None
         self.reply_view: MessageView | None = None
         self.reply_streaming = False  # the reply view is mounted and takes text
@@ -76,13 +78,17 @@ class ChatScreen(Screen):
         session = self.session
         stats = session.last_stats
         speed = f"{stats.decode_tokens_per_second:.1f} tok/s" if stats else "– tok/s"
-        state = ("loading model…" if self.model_loading else "generating… (Esc stops)" if self.generating
-                 else "editing a turn (Esc cancels)" if self.editing_turn_id else "")
         spec = f"spec {stats.spec_acceptance:.0%} accepted" if stats and stats.spec_acceptance is not None else ""
         parts = [session.model_label, session.device, speed,
-                 f"ctx {session.context_used}/{session.context_size}", spec, state or note]
+                 f"ctx {session.context_used}/{session.context_size}", spec, self.state_text() or note]
         self.query_one("#status", Static).update(" │ ".join(p for p in parts if p))
         self.query_one("#loading", ProgressBar).display = self.model_loading
+
+    def state_text(self) -> str:
+        if self.compile_note:  # the reason a load or a first reply takes minutes on a cold cache
+            return self.compile_note
+        return ("loading model…" if self.model_loading else "generating… (Esc stops)" if self.generating
+                else "editing a turn (Esc cancels)" if self.editing_turn_id else "")
 
     def refresh_sidebar(self) -> None:
         self.run_worker(self.query_one(ConversationList).refresh_list(self.session.conversation.id),
@@ -102,6 +108,13 @@ class ChatScreen(Screen):
     def on_model_failed(self, message: ModelFailed) -> None:
         self.model_loading = False
         self.notify(message.error, title="Model", severity="error", timeout=8)
+        self.update_status()
+
+    def on_kernels_compiling(self, message: KernelsCompiling) -> None:
+        progress = message.progress
+        self.compile_note = "" if progress.is_done else progress.describe()
+        if progress.is_done and progress.summary():
+            self.notify(progress.summary(), title="Kernels", timeout=6)
         self.update_status()
 
     async def on_reply_chunk(self, message: ReplyChunk) -> None:
