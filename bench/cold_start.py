@@ -43,6 +43,9 @@ class Recorder(event.Listener):
         dispatcher = ev.data.get("dispatcher")
         name = getattr(getattr(dispatcher, "py_func", None), "__module__", "?") + "." + getattr(
             getattr(dispatcher, "py_func", None), "__qualname__", str(dispatcher))
+        literals = [str(getattr(t, "literal_value", "")) for t in ev.data.get("args", ()) or ()]
+        if any(literals):  # a leaf compiled per quant type: name its literal arguments
+            name += "[" + ",".join(value for value in literals if value) + "]"
         records.append({"kernel": name, "inclusive_s": seconds, "exclusive_s": seconds - nested})
 
 event.register("numba:compile", Recorder())

@@ -16,7 +16,7 @@ from kernels_numba.cpu.attention import paged_attention  # noqa: E402
 from kernels_numba.cpu.decode_layer import decode_layer, plan_decode_layer  # noqa: E402
 from kernels_numba.cpu.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
 from kernels_numba.cpu.kv_store import store_kv  # noqa: E402
-from kernels_numba.cpu.matvec.matmul import linear  # noqa: E402
+from kernels_numba.cpu.matvec.dispatch import linear  # noqa: E402
 from kernels_numba.cpu.norm import rms_norm  # noqa: E402
 from kernels_numba.cpu.matvec.quant_type import SUPPORTED_TYPES  # noqa: E402
 from kernels_numba.cpu.rotary import rope  # noqa: E402

@@ -12,7 +12,9 @@ so a sequence's tokens do not depend on which others share its step.
 `plan_decode_layer` gathers what does not change between tokens once per layer (a DecodeLayerPlan, or None
 when a weight has no fused dot: FP8, or F32 which linear sends to BLAS); `decode_layer` runs it. In the plan:
 - mats: the (q, k, v, o, gate, up, down) weights as read-only uint8 [rows, bytes_per_row] as the CPU kernels
-  read them (matmul.cpu_operands: the run layout where there is one); codes: their quant_type codes.
+  read them (dispatch.cpu_operands: the run layout where there is one); codes: their quant_type codes. Each call
+  passes their LinearKernels for its token count (dispatch.linear_kernel: the same paths linear takes), so the
+  layer's glue compiles once and each weight type's leaf kernels once.
 - norms: (attn, q, k, post_attn, ffn, post_ffw) float32 weights; a size-0 array = no such norm.
 - biases: (q, k, v) float32; size 0 = none. inv_freq: float64 [head_dim / 2] of this layer's rope.
 """
@@ -28,7 +30,8 @@ from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel, heads_per_task
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matvec.matmul import cpu_operands, matvec_into, max_fused_tokens, shared_input_matvecs_into
+from kernels_numba.cpu.matvec.dispatch import (cpu_operands, linear_into, linear_kernel, max_fused_tokens,
+                                                shared_input_linear_into)
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
@@ -90,7 +93,7 @@ def _project_heads(y, bias, norm, num_heads, head_dim, eps):
 
 
 @njit(cache=True)
-def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
+def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
                       activation, k_cache, v_cache, block_tables, positions, slots, scale, sliding_window, softcap):
     """x: float32 [n, hidden], token t at positions[t] of sequence t (block_tables[t]), updated in place to the
     layer's output; its k/v go to cache slot slots[t]. activation: activation.SILU or GELU_TANH (gated by up)."""
@@ -100,7 +103,7 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     q = np.empty((num_tokens, mats[Q].shape[0]), dtype=np.float32)
     k = np.empty((num_tokens, mats[K].shape[0]), dtype=np.float32)
     v = np.empty((num_tokens, mats[V].shape[0]), dtype=np.float32)
-    shared_input_matvecs_into(codes, mats, Q, h, (q, k, v))
+    shared_input_linear_into(kernels, mats, Q, h, (q, k, v))
     q3 = _project_heads(q, biases[Q], norms[Q_NORM], num_heads, head_dim, eps)
     k3 = _project_heads(k, biases[K], norms[K_NORM], num_kv_heads, head_dim, eps)
     v3 = _project_heads(v, biases[V], np.empty(0, dtype=np.float32), num_kv_heads, head_dim, eps)
@@ -111,16 +114,16 @@ def decode_layer_into(x, mats, codes, norms, biases, inv_freq, is_neox, num_head
     attended = np.empty_like(q3)
     _attend(q3, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, attended)
     o = np.empty_like(x)
-    matvec_into(codes[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
+    linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
     _norm_rows_into(o, norms[POST_ATTN_NORM], eps, o)
     _add_into(x.reshape(x.size), o.reshape(o.size))
     _norm_rows_into(x, norms[FFN_NORM], eps, h)
     gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
     up = np.empty_like(gate)
-    shared_input_matvecs_into(codes, mats, GATE, h, (gate, up))
+    shared_input_linear_into(kernels, mats, GATE, h, (gate, up))
     flat_gate = gate.reshape(gate.size)  # in place: apply_range stays vectorised
     apply_range(activation, flat_gate, up.reshape(up.size), np.float32(0.0), flat_gate, 0, gate.size)
-    matvec_into(codes[DOWN], mats[DOWN], gate, o)
+    linear_into(kernels[DOWN], mats[DOWN], gate, o)
     _norm_rows_into(o, norms[POST_FFW_NORM], eps, o)
     _add_into(x.reshape(x.size), o.reshape(o.size))
 
@@ -174,6 +177,7 @@ def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_ca
     """The layer of n decode tokens, in place on x: float32 [n, hidden] (n <= plan.max_tokens), token t the next
     of sequence t: block_tables int32 [n, blocks], positions and cache slots int64 [n]."""
     p = plan
-    decode_layer_into(x, p.mats, p.codes, p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
+    kernels = tuple(linear_kernel(code, x.shape[0]) for code in p.codes)
+    decode_layer_into(x, p.mats, kernels, p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
                       p.head_dim, p.eps, p.activation, k_cache, v_cache, block_tables, positions, slots, p.scale,
                       p.sliding_window, p.softcap)

@@ -1,9 +1,13 @@
 """Dequantization ops: whole tensors, selected rows or embedding lookups to float32."""
+import functools
+
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu.parallel_policy import use_threads
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
+from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, ROW_IDS_TYPE, WEIGHTS_TYPE
+from kernels_numba.cpu.parallel_policy import chunk_span, num_chunks, pool_threads, set_pool_threads, use_threads
 from kernels_numba.cpu.matvec.quant_type import type_code_of
 from kernels_numba.cpu.matvec.row_decode import decode_row
 
@@ -16,9 +20,40 @@ def decode_rows_into(code, data, row_ids, out):
 
 
 @njit(cache=True, parallel=True)
-def decode_rows_parallel_into(code, data, row_ids, out):
-    for i in prange(row_ids.size):
-        decode_row(code, data[row_ids[i]], out[i])
+def decode_rows_parallel_into(code, data, row_ids, out, chunks):
+    """The leaf, compiled per literal code (`decode_rows_kernel`): decode_rows_into with the rows split into
+    `chunks` chunks across threads (1: on the calling thread, numba's pool limited to it)."""
+    for chunk in prange(chunks):
+        first, stop = chunk_span(chunk, chunks, row_ids.size)
+        for i in range(first, stop):
+            decode_row(code, data[row_ids[i]], out[i])
+
+
+@functools.lru_cache(maxsize=None)
+def decode_rows_kernel(code: int) -> np.ndarray:
+    """The leaf handle (ir/native_call.py) of type `code`, as a [1, 2] handles array."""
+    return handles_array([native_kernel(decode_rows_parallel_into, (types.literal(code), WEIGHTS_TYPE, ROW_IDS_TYPE,
+                                                                    OUT_TYPE, types.int64))])
+
+
+@njit(cache=True)
+def decode_rows_by_kernel(kernel, code, data, row_ids, out, chunks):
+    """decode_rows_parallel_into through its leaf handle (decode_rows_kernel(code))."""
+    threads = pool_threads()
+    if chunks == 1:
+        set_pool_threads(1)
+    call_native(handle_at(kernel, 0), (code, data, row_ids, out, chunks))
+    if chunks == 1:
+        set_pool_threads(threads)
+
+
+def decode_rows(code: int, data: np.ndarray, row_ids: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = row row_ids[i] of `data` (uint8 [rows, bytes_per_row], C-contiguous) decoded as type `code`, by its
+    leaf kernel (out: float32 [len(row_ids), row_length], C-contiguous)."""
+    rows = data.view()
+    rows.flags.writeable = False
+    ids = np.ascontiguousarray(row_ids, dtype=np.int64)
+    decode_rows_by_kernel(decode_rows_kernel(code), code, rows, ids, out, 1)
 
 
 def readonly_bytes(w: WeightTensor) -> np.ndarray:
@@ -41,8 +76,15 @@ def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None
         raise IndexError(f"row id out of range for {w.name!r} with {w.num_rows} rows")
     if out is None:
         out = np.empty((row_ids.size, w.row_length), dtype=np.float32)
-    decode = decode_rows_parallel_into if use_threads(row_ids.size * w.row_length) else decode_rows_into
-    decode(code, readonly_bytes(w), row_ids, out)
+    if not out.flags.c_contiguous:  # the leaf takes C-contiguous rows
+        return _decoded_into(w, row_ids, out)
+    chunks = num_chunks(row_ids.size) if use_threads(row_ids.size * w.row_length) else 1
+    decode_rows_by_kernel(decode_rows_kernel(code), code, readonly_bytes(w), row_ids, out, chunks)
+    return out
+
+
+def _decoded_into(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+    out[...] = dequantize_rows(w, row_ids)
     return out
 
 

@@ -13,7 +13,8 @@ from numba import njit, prange
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.matvec.matmul import block_sums, linear
+from kernels_numba.cpu.matvec.dispatch import linear
+from kernels_numba.cpu.matvec.matmul import block_sums
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 from kernels_numba.cpu.matvec.row_dot import ROWS_PER_GROUP, dot_group_into
 from kernels_numba.reference_moe import expert_view

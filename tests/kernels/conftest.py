@@ -22,7 +22,7 @@ def blas_path(request, monkeypatch):
     openblas = blas.loaded_openblas()
     if request.param == "numpy":
         monkeypatch.setattr(blas, "find_sgemm", lambda: None)
-        for module in ("kernels_numba.cpu.matvec.matmul", "kernels_numba.cpu.prefill_attention"):
+        for module in ("kernels_numba.cpu.matvec.dispatch", "kernels_numba.cpu.prefill_attention"):
             monkeypatch.setattr(importlib.import_module(module), "find_sgemm", lambda: None)
         yield request.param
         return

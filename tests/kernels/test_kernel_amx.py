@@ -8,7 +8,7 @@ from kernel_test_data import random_weight, relative_error
 from kernels_numba.cpu.matvec import amx_matvec, int8_dot, quant_type
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.matvec.int8_matvec import int8_matvec_into
+from kernels_numba.cpu.matvec import dispatch
 from kernels_numba.reference_int8 import linear_int8_activations
 
 needs_amx = pytest.mark.skipif(not AMX_IS_AVAILABLE, reason="no AMX on this CPU (or the OS refused the tile state)")
@@ -63,13 +63,14 @@ def test_non_finite_activations_propagate():
 
 
 @needs_amx
-def test_the_int8_matvec_sends_q8_0_to_the_tiles():
+def test_linear_sends_q8_0_to_the_tiles():
     assert amx_matvec.uses_amx(quant_type.Q8_0) and not amx_matvec.uses_amx(quant_type.Q5_0)
     rng = np.random.default_rng(3)
     w = random_weight(QT.Q8_0, (40, 128), rng)
     x = rng.standard_normal((5, 128)).astype(np.float32)
     out = np.empty((5, 40), np.float32)
-    int8_matvec_into(quant_type.Q8_0, readonly_bytes(w), x, out)
+    assert dispatch.choose_path(quant_type.Q8_0, 5) == dispatch.AMX
+    dispatch.linear_rows_into(quant_type.Q8_0, readonly_bytes(w), x, out)
     np.testing.assert_array_equal(out, _amx_dots(w, x))
     groups_into = njit(amx_matvec._groups_into.py_func)  # uncached: its assembly can be read
     quants = np.zeros((1, 128), np.int8)
@@ -86,7 +87,8 @@ def test_without_amx_q8_0_takes_the_vnni_dots_and_the_tile_path_refuses_to_run()
     w = random_weight(QT.Q8_0, (40, 128), rng)
     x = rng.standard_normal((3, 128)).astype(np.float32)
     out = np.empty((3, 40), np.float32)
-    int8_matvec_into(quant_type.Q8_0, readonly_bytes(w), x, out)
+    with dispatch.forced_path("int8"):
+        dispatch.linear_rows_into(quant_type.Q8_0, readonly_bytes(w), x, out)
     assert relative_error(out, linear_int8_activations(x, w)) < 1e-5
     with pytest.raises(RuntimeError, match="AMX"):
         _amx_dots(w, x)

@@ -7,7 +7,8 @@ from kernel_test_data import random_weight, relative_error
 from kernels_numba import get_ops
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu import parallel_policy
-from kernels_numba.cpu.matvec.batch_dot import BATCH_CODES, MAX_BATCH_TOKENS, batch_matvec_into
+from kernels_numba.cpu.matvec.batch_dot import BATCH_CODES, batch_kernel, batch_matvec_into
+from kernels_numba.cpu.matvec.dispatch import MAX_BATCH_TOKENS
 from kernels_numba.cpu.dequant import readonly_bytes
 
 cpu, reference = get_ops("cpu"), get_ops("reference")
@@ -16,7 +17,8 @@ cpu, reference = get_ops("cpu"), get_ops("reference")
 def batch_linear(x, w):
     """The batched float kernel itself (linear sends Q8_0/Q5_0/Q4_0 to int8_matvec on CPUs with VNNI)."""
     out = np.empty((x.shape[0], w.num_rows), np.float32)
-    batch_matvec_into(qt.type_code_of(w), readonly_bytes(w), x, out, parallel_policy.PARALLEL_MIN_WORK)
+    code = qt.type_code_of(w)
+    batch_matvec_into(batch_kernel(code), code, readonly_bytes(w), x, out, parallel_policy.PARALLEL_MIN_WORK)
     return out
 
 

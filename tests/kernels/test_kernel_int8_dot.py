@@ -7,9 +7,14 @@ from numba import njit
 from kernel_test_data import random_weight, relative_error
 from kernels_numba.cpu.matvec import int8_dot, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.matvec.int8_matvec import int8_matvec_into
+from kernels_numba.cpu.matvec import int8_matvec
 from kernels_numba.reference import dequantize
 from kernels_numba.reference_int8 import linear_int8_activations, quantize_activations
+
+
+def int8_matvec_into(code, data, x, out):
+    """The int8 path's glue with its leaf for `code` (what dispatch's int8 path runs)."""
+    int8_matvec.int8_matvec_into(int8_matvec.groups_kernel(code), code, data, x, out)
 
 
 def _quantized(x):
@@ -196,13 +201,13 @@ def test_a_long_batch_agrees_with_the_int8_dots(ggml_type):
     """Past MAX_INT8_TOKENS linear multiplies decoded tiles with BLAS; on the rounded activations its rows equal
     the one-token integer dots up to float32 summation order (prefill and decode see the same activations)."""
     from kernels_numba import get_ops
-    from kernels_numba.cpu.matvec import matmul
+    from kernels_numba.cpu.matvec import dispatch
     rng = np.random.default_rng(8)
-    num_tokens = matmul.MAX_INT8_TOKENS + 2
+    num_tokens = dispatch.MAX_INT8_TOKENS + 2
     w = random_weight(ggml_type, (40, 256), rng)
     x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
     cpu = get_ops("cpu")
-    assert not matmul.uses_int8_dot(quant_type.type_code_of(w), num_tokens)
+    assert not dispatch.uses_int8_dot(quant_type.type_code_of(w), num_tokens)
     batch = cpu.linear(x, w)
     alone = np.concatenate([cpu.linear(x[t:t + 1], w) for t in range(num_tokens)])
     assert relative_error(batch, alone) < 1e-5

@@ -4,7 +4,7 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import ALL_TYPES, random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu.matvec import matmul, quant_type
+from kernels_numba.cpu.matvec import dispatch, quant_type
 from kernels_numba.cpu.matvec.int8_matvec import INT8_CODES
 from kernels_numba.reference_int8 import linear_int8_activations
 
@@ -18,7 +18,7 @@ def float64_matmul(x: np.ndarray, w) -> np.ndarray:
 def cpu_oracle(x: np.ndarray, w) -> np.ndarray:
     """What the CPU linear computes: 8-bit activations for the types with an integer dot (int8_dot.py; longer
     batches multiply the rounded activations in float32), else exact."""
-    if matmul.USE_INT8_DOT and quant_type.type_code_of(w) in INT8_CODES:
+    if dispatch.USE_INT8_DOT and quant_type.type_code_of(w) in INT8_CODES:
         return linear_int8_activations(x, w)
     return float64_matmul(x, w)
 

@@ -12,7 +12,7 @@ from tests.kernels.kernel_test_data import deltanet_inputs, relative_error
 cpu = pytest.importorskip("kernels_numba.cpu", exc_type=ImportError)
 from kernels_numba.cpu.matvec import quant_type  # noqa: E402  (after the importorskip)
 from kernels_numba.cpu.matvec.int8_matvec import INT8_CODES  # noqa: E402
-from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT  # noqa: E402
+from kernels_numba.cpu.matvec.dispatch import USE_INT8_DOT  # noqa: E402
 from kernels_numba.cpu.moe import MAX_FUSED_ROWS_PER_EXPERT  # noqa: E402
 rng = np.random.default_rng(7)
 

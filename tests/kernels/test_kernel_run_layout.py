@@ -8,16 +8,16 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from gguf_loader.private_bytes import private_bytes
-from kernels_numba.cpu.matvec import matmul
+from kernels_numba.cpu.matvec import dispatch
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
-from kernels_numba.cpu.dequant import decode_rows_into
+from kernels_numba.cpu.dequant import decode_rows
 from kernels_numba.cpu.matvec.run_layout import groups_of, repack, run_weights, supports
-from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_matvec_into
+from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
 
-pytestmark = pytest.mark.skipif(not matmul.USE_RUN_LAYOUT, reason="the run layout needs AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not dispatch.USE_RUN_LAYOUT, reason="the run layout needs AVX512-VNNI")
 
 no_amx = pytest.mark.skipif(AMX_IS_AVAILABLE, reason="with AMX, Q8_0 keeps its GGUF rows (amx_matvec)")
 
@@ -47,8 +47,8 @@ def test_regrouped_rows_decode_bit_for_bit_like_the_gguf_rows(ggml_type, rows, k
     assert packed.shape == w.data.shape
     row_ids = np.arange(rows, dtype=np.int64)
     expected, actual = np.empty((rows, k), np.float32), np.empty((rows, k), np.float32)
-    decode_rows_into(code, np.asarray(w.data), row_ids, expected)
-    decode_rows_into(run_weights(w).code, packed, row_ids, actual)
+    decode_rows(code, np.asarray(w.data), row_ids, expected)
+    decode_rows(run_weights(w).code, packed, row_ids, actual)
     np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
 
 
@@ -60,7 +60,7 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
     x = rng.standard_normal((num_tokens, k)).astype(np.float32)
     runs = run_weights(w)
     out = np.empty((num_tokens, rows), np.float32)
-    run_matvec_into(runs.code, runs.data, x, out)
+    dispatch.linear_rows_into(runs.code, runs.data, x, out)
     expected = linear_int8_activations(x, w)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
@@ -76,24 +76,24 @@ def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
     x = rng.standard_normal((TOKEN_TILE + 9, k)).astype(np.float32)
     alone = np.empty((x.shape[0], 37), np.float32)
     for t in range(x.shape[0]):
-        run_matvec_into(runs.code, runs.data, x[t:t + 1], alone[t:t + 1])
+        dispatch.linear_rows_into(runs.code, runs.data, x[t:t + 1], alone[t:t + 1])
     for num_tokens in (2, 4, 7, 8, 12, 16, x.shape[0]):  # passes of 8, 4 and 1; more than one token tile
         batch = np.empty((num_tokens, 37), np.float32)
-        run_matvec_into(runs.code, runs.data, x[:num_tokens], batch)
+        dispatch.linear_rows_into(runs.code, runs.data, x[:num_tokens], batch)
         np.testing.assert_array_equal(batch.view(np.uint32), alone[:num_tokens].view(np.uint32))
 
 
 def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     rng = np.random.default_rng(5)
     w = random_weight(QT.Q5_0, (48, 640), rng)
-    for num_tokens in (1, 5, matmul.MAX_RUN_TOKENS + 16):  # the last one: tile decode + BLAS
+    for num_tokens in (1, 5, dispatch.MAX_RUN_TOKENS + 16):  # the last one: tile decode + BLAS
         x = rng.standard_normal((num_tokens, 640)).astype(np.float32)
         expected = linear_int8_activations(x, w)
-        np.testing.assert_allclose(matmul.linear(x, w), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+        np.testing.assert_allclose(dispatch.linear(x, w), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
     assert w.cpu_layouts["runs"].code == qt.R_Q5_0
     odd = random_weight(QT.Q5_0, (8, 96), rng)  # 3 runs: no layout, the GGUF-order dots
     x = rng.standard_normal((2, 96)).astype(np.float32)
-    np.testing.assert_allclose(matmul.linear(x, odd), linear_int8_activations(x, odd), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dispatch.linear(x, odd), linear_int8_activations(x, odd), rtol=1e-4, atol=1e-4)
     assert odd.cpu_layouts["runs"] is None
 
 
@@ -134,14 +134,15 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
     rng = np.random.default_rng(num_tokens)
     types = [QT.Q5_0, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_0, QT.F16]
     weights = [random_weight(t, (rows, 256), rng) for t, rows in zip(types, (24, 8, 8, 16, 12, 4))]
-    codes, mats = zip(*(matmul.cpu_operands(w) for w in weights))
+    codes, mats = zip(*(dispatch.cpu_operands(w) for w in weights))
     x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
     outs = tuple(np.empty((num_tokens, m.shape[0]), np.float32) for m in mats)
-    matmul.shared_input_matvecs_into(codes, mats, 1, x, outs[1:])
+    kernels = tuple(dispatch.linear_kernel(code, num_tokens) for code in codes)
+    dispatch.shared_input_linear_into(kernels, mats, 1, x, outs[1:])
     float_only = np.empty_like(outs[-1])
-    matmul.shared_input_matvecs_into(codes, mats, len(mats) - 1, x, (float_only,))  # F16 alone: no 8-bit dot
+    dispatch.shared_input_linear_into(kernels, mats, len(mats) - 1, x, (float_only,))  # F16 alone: no 8-bit dot
     np.testing.assert_array_equal(float_only, outs[-1])
     for code, data, out in zip(codes[1:], mats[1:], outs[1:]):
         expected = np.empty_like(out)
-        matmul.matvec_into(code, data, x, expected)
+        dispatch.linear_into(dispatch.linear_kernel(code, num_tokens), data, x, expected)
         np.testing.assert_array_equal(out, expected)

@@ -6,9 +6,9 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu.matvec import blas, int8_dot, matmul, quant_type
+from kernels_numba.cpu.matvec import blas, dispatch, int8_dot, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
-from kernels_numba.cpu.matvec.tile_gemm import tiled_matmul_parallel
+from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
 
 reference = get_ops("reference")
 OPENBLAS = blas.loaded_openblas()
@@ -57,8 +57,9 @@ def test_tiled_parallel_matmul_matches_the_dequantized_product(ggml_type, chunks
     w = random_weight(ggml_type, (37, 256), rng)  # 37 rows: chunks and 5-row tiles end mid-tile
     x = rng.standard_normal((19, 256)).astype(np.float32)
     out = np.full((19, 37), np.nan, np.float32)
-    tiled_matmul_parallel(quant_type.type_code_of(w), readonly_bytes(w), x, out, 5, SGEMM.address, SGEMM.ilp64,
-                          chunks)
+    code = quant_type.type_code_of(w)
+    tiled_matmul_into(tiled_kernel(code), code, readonly_bytes(w), x, out, 5, SGEMM.address, bool(SGEMM.ilp64),
+                      chunks)
     expected = x.astype(np.float64) @ reference.dequantize(w).astype(np.float64).T
     assert relative_error(out, expected) < 1e-5
 
@@ -66,12 +67,12 @@ def test_tiled_parallel_matmul_matches_the_dequantized_product(ggml_type, chunks
 @needs_sgemm
 def test_linear_takes_the_threaded_path_for_prompts(monkeypatch, threading_mode, single_threaded_openblas):
     calls = []
-    monkeypatch.setattr(matmul, "tiled_matmul_parallel", lambda *a: calls.append(a) or tiled_matmul_parallel(*a))
+    monkeypatch.setattr(dispatch, "tiled_matmul_into", lambda *a: calls.append(a) or tiled_matmul_into(*a))
     rng = np.random.default_rng(3)
     w = random_weight(QT.Q5_0, (64, 128), rng)
-    x = rng.standard_normal((matmul.max_fused_tokens(matmul.cpu_operands(w)[0]) + 1, 128)).astype(np.float32)
+    x = rng.standard_normal((dispatch.max_fused_tokens(dispatch.cpu_operands(w)[0]) + 1, 128)).astype(np.float32)
     y = get_ops("cpu").linear(x, w)
-    if matmul.USE_INT8_DOT:  # Q5_0: the activations rounded to 8 bits, as the one-token integer dots see them
+    if dispatch.USE_INT8_DOT:  # Q5_0: the activations rounded to 8 bits, as the one-token integer dots see them
         x = int8_dot.round_activations(x)
     assert relative_error(y, x.astype(np.float64) @ reference.dequantize(w).astype(np.float64).T) < 1e-5
     assert len(calls) == (1 if threading_mode == "parallel" and numba.get_num_threads() > 1 else 0)

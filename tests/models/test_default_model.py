@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT
+from kernels_numba.cpu.matvec.dispatch import USE_INT8_DOT
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine

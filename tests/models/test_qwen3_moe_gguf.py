@@ -4,7 +4,7 @@ import gguf
 import numpy as np
 import pytest
 
-from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT
+from kernels_numba.cpu.matvec.dispatch import USE_INT8_DOT
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels_numba.cpu.matvec.matmul import USE_INT8_DOT
+from kernels_numba.cpu.matvec.dispatch import USE_INT8_DOT
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine

@@ -10,9 +10,12 @@ would each be compiled per type). The float32 math is exact: only the summation 
 one-token kernels. Row groups split across threads as in matmul. Measured (LM head, one thread, loaded
 machine, CPU time): 4 tokens 36 ms (was 51-62), 8 tokens 55 (was 84-107), 12 tokens 104 (was 124-159).
 """
-from numba import literally, njit, prange
+import numpy as np
+from numba import literally, njit, prange, types
 
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
 from kernels_numba.cpu.matvec.pair_decode import PAIR_CODES, block_params, pair_values
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, chunk_span, pool_threads, set_pool_threads
@@ -135,17 +138,25 @@ def groups_into(code, data, x, out, first_group, stop_group):
 
 @njit(cache=True, parallel=True)
 def batch_parallel_into(code, data, x, out, chunks):
-    """groups_into over all row groups, split into `chunks` contiguous chunks across threads."""
+    """The leaf, compiled per literal code (`batch_kernel`): groups_into over all row groups, split into `chunks`
+    contiguous chunks across threads."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     for chunk in prange(chunks):
         first, stop = chunk_span(chunk, chunks, num_groups)
         groups_into(code, data, x, out, first, stop)
 
 
+def batch_kernel(code: int) -> np.ndarray:
+    """The leaf handle (ir/native_call.py) of type `code` (one of BATCH_CODES), as a [1, 2] handles array."""
+    return handles_array([native_kernel(batch_parallel_into, (types.literal(code), WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE,
+                                                              types.int64))])
+
+
 @njit(cache=True)
-def batch_matvec_into(code, data, x, out, min_parallel_work):
+def batch_matvec_into(batch, code, data, x, out, min_parallel_work):
     """out = x @ data.T for x: float32 [n, k] C-contiguous (n <= MAX_BATCH_TOKENS, k a multiple of 256 for
-    K-quants) and `data` rows of type `code` (one of BATCH_CODES); threads once rows * k >= min_parallel_work.
+    K-quants) and `data` rows of type `code` (one of BATCH_CODES); threads once rows * k >= min_parallel_work;
+    batch: batch_kernel(code).
 
     Small matrices still run the parallel entry with the pool limited to this thread, for its noalias array
     arguments (see matmul.matvec_into).
@@ -157,7 +168,7 @@ def batch_matvec_into(code, data, x, out, min_parallel_work):
     chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
     if not is_parallel:
         set_pool_threads(1)
-    batch_parallel_into(code, data, x, out, chunks)
+    call_native(handle_at(batch, 0), (code, data, x, out, chunks))
     if not is_parallel:
         set_pool_threads(threads)
 

@@ -32,6 +32,7 @@ from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.ir.half import bits_to_float32
+from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.quantize_ir import block_abs_max_bits, quantize_block_into
 from kernels_numba.cpu.ir.vector_ir import (broadcast_runs, concat, lane_total, load_half, load_vector, memory_barrier,
                                          prefetch, row_pointer)
@@ -410,6 +411,28 @@ def _vnni_where_available(context):
 
 def _portable(context):
     return _dot_lanes_portable
+
+
+_FORMAT_OF_CODE = {qt.Q8_0: "Q8_0", qt.Q5_0: "Q5_0", qt.Q4_0: "Q4_0", qt.Q6_K: "Q6_K", qt.Q4_K: "Q4_K"}
+
+
+@intrinsic
+def int8_dots(typingctx, code, num_tokens, data, ra, rb, rc, rd, x_quants, x_lane_scales, x_lane_starts,
+              x_block_sums, first_token, prefetch_bytes):
+    """The dots of _dots_intrinsic for a literal weight type code and token count (int8_matvec's leaf is compiled
+    per code), so a kernel branching on its code emits only its own type's IR."""
+    if not (isinstance(code, types.IntegerLiteral) and code.literal_value in _FORMAT_OF_CODE
+            and isinstance(num_tokens, types.IntegerLiteral) and isinstance(data, types.Array) and data.ndim == 2):
+        return None
+    weight_format, count = WEIGHT_FORMATS[_FORMAT_OF_CODE[code.literal_value]], num_tokens.literal_value
+
+    def codegen(context, builder, signature, args):
+        inner = types.UniTuple(types.float32, 4 * count)(*signature.args[2:])
+        return _emit_dots(weight_format, count, _vnni_where_available(context), context, builder, inner, args[2:])
+
+    return (types.UniTuple(types.float32, 4 * count)(code, num_tokens, data, ra, rb, rc, rd, x_quants,
+                                                      x_lane_scales, x_lane_starts, x_block_sums, first_token,
+                                                      prefetch_bytes), codegen)
 
 
 TOKENS_PER_PASS = 4  # tokens of a dot4x4: 4 rows x 4 tokens of float lanes fill 16 of the 32 vector registers

@@ -6,70 +6,69 @@ lossless). Row groups are split across threads as in matmul.matvec_into; all tok
 its rows sit in L1.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.matvec.amx_matvec import amx_matvec_into, uses_amx
-from kernels_numba.cpu.matvec.int8_dot import (PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS, lane_operands_into, q4_0_dot4,
-                                        q4_0_dot4x4, q4_k_dot4, q4_k_dot4x4, q5_0_dot4, q5_0_dot4x4, q6_k_dot4,
-                                        q6_k_dot4x4, q8_0_dot4, q8_0_dot4x4, quantize_activations)
+from kernels_numba.cpu.matvec.int8_dot import (PREFETCH_BYTES, TOKENS_PER_PASS, ZERO_POINTS, int8_dots,
+                                               lane_operands_into, quantize_activations)
+from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 ROWS_PER_GROUP = 4
 INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q6_K, qt.Q4_K)
 
 
-def _dispatch_on_type(q8_0, q5_0, q4_0, q6_k, q4_k):
-    """A (code, data, ra..rd, x8, t, prefetch_bytes) -> dots function calling the given intrinsic of each type.
-    x8: the 8-bit activations (quants, lane_scales, lane_starts, block_sums) of activation_operands."""
-    @njit(inline="always")
-    def dots(code, data, ra, rb, rc, rd, x8, t, prefetch_bytes):
-        if code == qt.Q8_0:
-            return q8_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
-        if code == qt.Q5_0:
-            return q5_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
-        if code == qt.Q4_0:
-            return q4_0(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
-        if code == qt.Q6_K:
-            return q6_k(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
-        return q4_k(data, ra, rb, rc, rd, *x8, t, prefetch_bytes)
-    return dots
-
-
-_dot4 = _dispatch_on_type(q8_0_dot4, q5_0_dot4, q4_0_dot4, q6_k_dot4, q4_k_dot4)  # rows ra..rd, token t
-# rows ra..rd, tokens t..t+3 (token-major: index 4 * token + row); each weight block is unpacked once
-_dot4x4 = _dispatch_on_type(q8_0_dot4x4, q5_0_dot4x4, q4_0_dot4x4, q6_k_dot4x4, q4_k_dot4x4)
-
-
 @njit(cache=True)
-def _groups_into(code, data, x8, out, first_group, stop_group):
-    """Tokens in passes of TOKENS_PER_PASS, then one at a time: a (row, token) dot is the same IR either way."""
+def groups_into(code, data, x8, out, first_group, stop_group):
+    """The leaf, compiled per literal weight type code (`groups_kernel`): row groups first_group..stop_group-1,
+    tokens in passes of TOKENS_PER_PASS, then one at a time (a (row, token) dot is the same IR either way)."""
     last = data.shape[0] - 1
-    num_tokens = x8[0].shape[0]
+    quants, lane_scales, lane_starts, block_sums = x8
+    num_tokens = quants.shape[0]
     for group in range(first_group, stop_group):
         first_row = group * ROWS_PER_GROUP
         ra, rb, rc, rd = first_row, min(first_row + 1, last), min(first_row + 2, last), min(first_row + 3, last)
         num_rows = min(ROWS_PER_GROUP, data.shape[0] - first_row)
         t = 0
         while t + TOKENS_PER_PASS <= num_tokens:
-            dots = _dot4x4(code, data, ra, rb, rc, rd, x8, t, PREFETCH_BYTES if t == 0 else 0)
+            prefetch_bytes = PREFETCH_BYTES if t == 0 else 0
+            dots = int8_dots(code, TOKENS_PER_PASS, data, ra, rb, rc, rd, quants, lane_scales, lane_starts,
+                             block_sums, t, prefetch_bytes)
             for token in range(TOKENS_PER_PASS):
                 for g in range(num_rows):
                     out[t + token, first_row + g] = dots[ROWS_PER_GROUP * token + g]
             t += TOKENS_PER_PASS
         while t < num_tokens:
-            dots = _dot4(code, data, ra, rb, rc, rd, x8, t, PREFETCH_BYTES if t == 0 else 0)
+            prefetch_bytes = PREFETCH_BYTES if t == 0 else 0
+            dots = int8_dots(code, 1, data, ra, rb, rc, rd, quants, lane_scales, lane_starts, block_sums, t,
+                             prefetch_bytes)
             for g in range(num_rows):
                 out[t, first_row + g] = dots[g]
             t += 1
 
 
+X8_TYPE = types.Tuple((types.Array(types.int8, 2, "C"), types.Array(types.float32, 2, "C"),
+                       types.Array(types.int32, 2, "C"), types.Array(types.float32, 2, "C")))
+
+
+def groups_kernel(code: int) -> np.ndarray:
+    """The leaf handle (ir/native_call.py) of weight type `code` (one of INT8_CODES), as a [1, 2] handles array."""
+    return handles_array([native_kernel(groups_into, (types.literal(code), WEIGHTS_TYPE, X8_TYPE, OUT_TYPE,
+                                                      types.int64, types.int64))])
+
+
+@njit(cache=True)
+def _groups_into(groups, code, data, x8, out, first_group, stop_group):
+    call_native(handle_at(groups, 0), (code, data, x8, out, first_group, stop_group))
+
+
 @njit(cache=True, parallel=True)
-def _parallel_into(code, data, x8, out, chunks):
+def _parallel_into(groups, code, data, x8, out, chunks):
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     for chunk in prange(chunks):
         first, stop = chunk_span(chunk, chunks, num_groups)
-        _groups_into(code, data, x8, out, first, stop)
+        _groups_into(groups, code, data, x8, out, first, stop)
 
 
 _Q8_0_ZERO, _Q5_0_ZERO, _Q4_0_ZERO, _Q6_K_ZERO, _Q4_K_ZERO = (ZERO_POINTS[name]
@@ -98,24 +97,22 @@ def activation_operands(code, quants, scales, lane_sums, block_sums):
 
 
 @njit(cache=True)
-def int8_matvec_into(code, data, x, out):
-    """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k])."""
-    int8_matvec_quantized_into(code, data, quantize_activations(x), out)
+def int8_matvec_into(groups, code, data, x, out):
+    """out[t] = dot of every row of data (a type of INT8_CODES) with x[t] quantized to 8 bits (x: float32 [n, k]);
+    groups: groups_kernel(code)."""
+    int8_matvec_quantized_into(groups, code, data, quantize_activations(x), out)
 
 
 @njit(cache=True)
-def int8_matvec_quantized_into(code, data, quantized, out):
+def int8_matvec_quantized_into(groups, code, data, quantized, out):
     """int8_matvec_into of activations already quantized (int8_dot.quantize_activations(x)): mat-vecs that share
     an input quantize it once."""
     quants, scales, lane_sums, block_sums = quantized
     k = quants.shape[1]
-    if uses_amx(code):  # AMX tiles where the CPU has them: the same for every n, like the dots below
-        amx_matvec_into(data, quants, scales, out)
-        return
     x8 = activation_operands(code, quants, scales, lane_sums, block_sums)
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k >= PARALLEL_MIN_WORK:
-        _parallel_into(code, data, x8, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
+        _parallel_into(groups, code, data, x8, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
     else:
-        _groups_into(code, data, x8, out, 0, num_groups)
+        _groups_into(groups, code, data, x8, out, 0, num_groups)

@@ -375,3 +375,23 @@ def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available
                            prefetch_bytes), codegen)
 
     return row_range_dots
+
+
+@intrinsic
+def run_row_range(typingctx, code, num_tokens, data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums,
+                  first_token, out, prefetch_bytes):
+    """row_range_intrinsic(code, num_tokens)'s dots for a literal run code and token count (a leaf compiled per
+    pair: run_matvec.run_rows_into), so a kernel branching on its code emits only its own type's IR."""
+    if not (isinstance(code, types.IntegerLiteral) and isinstance(num_tokens, types.IntegerLiteral)
+            and code.literal_value in RUN_FORMATS and isinstance(data, types.Array) and data.ndim == 2
+            and isinstance(out, types.Array) and out.ndim == 2 and out.dtype == types.float32):
+        return None
+    run_format, count = RUN_FORMATS[code.literal_value], num_tokens.literal_value
+
+    def codegen(context, builder, signature, args):
+        inner = types.void(*signature.args[2:])
+        return _emit_row_range(run_format, count, _vnni_where_available(context), context, builder, inner,
+                               args[2:])
+
+    return (types.void(code, num_tokens, data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums,
+                       first_token, out, prefetch_bytes), codegen)

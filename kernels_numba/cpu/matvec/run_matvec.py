@@ -15,38 +15,42 @@ Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x
 the group path too, 20-37 tokens 0.99-1.10x.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
 from kernels_numba.cpu.matvec.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
-from kernels_numba.cpu.matvec.run_dot import row_range_intrinsic
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
+from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
+from kernels_numba.cpu.matvec.run_dot import run_row_range
 from kernels_numba.cpu.matvec.run_layout import FOLDED_POSITIONS, MIN_GROUP_RUNS, RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
 
 
-def _dispatch_range(num_tokens):
-    q5_0, q4_0, q4_k, q6_k, q8_0 = (row_range_intrinsic(code, num_tokens) for code in LAYOUT_CODES)
-
-    @njit(inline="always")
-    def row_range(code, data, first_row, stop_row, xr, t, out, prefetch_bytes):
-        if code == qt.R_Q5_0:
-            q5_0(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-        elif code == qt.R_Q4_0:
-            q4_0(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-        elif code == qt.R_Q4_K:
-            q4_k(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-        elif code == qt.R_Q6_K:
-            q6_k(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-        else:
-            q8_0(data, first_row, stop_row, *xr, t, out, prefetch_bytes)
-    return row_range
+@njit(cache=True)
+def run_rows_into(code, num_tokens, data, first_row, stop_row, xr, first_token, out, prefetch_bytes):
+    """The leaf: rows first_row..stop_row-1 x tokens first_token..+num_tokens-1 (run_dot.run_row_range). Compiled
+    per literal (run code, token count) by `run_rows_kernels` and called through its address by the glue below."""
+    run_row_range(code, num_tokens, data, first_row, stop_row, xr[0], xr[1], xr[2], xr[3], first_token, out,
+                  prefetch_bytes)
 
 
-_rows1, _rows2, _rows4, _rows8 = (_dispatch_range(n) for n in (1, 2, 4, 8))  # one row at a time, n tokens
+PASS_TOKENS = (8, 4, 2, 1)  # the token counts of the passes, in the order of a run code's leaf handles
+REGROUPED_TYPE = types.Tuple((types.Array(types.int8, 2, "C"), types.Array(types.float32, 2, "C"),
+                              types.Array(types.int32, 2, "C"), types.Array(types.float32, 2, "C")))
+
+
+def run_rows_kernels(code: int) -> np.ndarray:
+    """The leaf handles (ir/native_call.py) of run code `code`, one row per PASS_TOKENS entry."""
+    return handles_array([native_kernel(run_rows_into, (types.literal(code), types.literal(num_tokens), WEIGHTS_TYPE,
+                                               types.int64, types.int64, REGROUPED_TYPE, types.int64, OUT_TYPE,
+                                               types.int64))
+                          for num_tokens in PASS_TOKENS])
+
+
 SPAN_PASS_TOKENS = 16  # below this many tokens (decode batches), passes of 8, 4, 2, 1 each sweep the whole span
 
 
@@ -107,64 +111,61 @@ TOKEN_TILE = 32  # tokens a row group serves before the next: their activations 
 
 
 @njit(cache=True)
-def _passes_into(code, data, xr, out, first_row, stop_row, first_token, stop_token, later_prefetch_bytes):
+def _passes_into(rows, code, data, xr, out, first_row, stop_row, first_token, stop_token, later_prefetch_bytes):
     """Tokens first_token..stop_token-1 of rows first_row..stop_row-1: passes of 8, then 4, 2 and 1 tokens, each
     over the rows one at a time in one call. The first pass prefetches the row stream; later ones prefetch
     later_prefetch_bytes ahead (0 where the rows stay in L1 between passes)."""
     t = first_token
     prefetch_bytes = PREFETCH_BYTES
     while t + 8 <= stop_token:
-        _rows8(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
+        call_native(handle_at(rows, 0), (code, 8, data, first_row, stop_row, xr, t, out, prefetch_bytes))
         t, prefetch_bytes = t + 8, later_prefetch_bytes
-    if t + 4 <= stop_token:
-        _rows4(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
-        t, prefetch_bytes = t + 4, later_prefetch_bytes
-    if t + 2 <= stop_token:
-        _rows2(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
-        t, prefetch_bytes = t + 2, later_prefetch_bytes
-    if t < stop_token:
-        _rows1(code, data, first_row, stop_row, xr, t, out, prefetch_bytes)
+    for index in range(1, 4):  # 4, 2, 1: at most one pass each
+        if t + PASS_TOKENS[index] <= stop_token:
+            call_native(handle_at(rows, index), (code, PASS_TOKENS[index], data, first_row, stop_row, xr, t, out,
+                                      prefetch_bytes))
+            t, prefetch_bytes = t + PASS_TOKENS[index], later_prefetch_bytes
 
 
 @njit(cache=True)
-def _groups_into(code, data, xr, out, first_group, stop_group):
+def _groups_into(rows, code, data, xr, out, first_group, stop_group):
     num_tokens = xr[0].shape[0]
     if num_tokens < SPAN_PASS_TOKENS:  # a decode batch: each pass sweeps the whole span
-        _passes_into(code, data, xr, out, first_group * ROWS_PER_GROUP,
+        _passes_into(rows, code, data, xr, out, first_group * ROWS_PER_GROUP,
                      min(data.shape[0], stop_group * ROWS_PER_GROUP), 0, num_tokens, PREFETCH_BYTES)
         return
     for first_token in range(0, num_tokens, TOKEN_TILE):
         stop_token = min(num_tokens, first_token + TOKEN_TILE)
         for group in range(first_group, stop_group):  # a group's rows stay in L1 between its passes
             first_row = group * ROWS_PER_GROUP
-            _passes_into(code, data, xr, out, first_row, min(data.shape[0], first_row + ROWS_PER_GROUP),
+            _passes_into(rows, code, data, xr, out, first_row, min(data.shape[0], first_row + ROWS_PER_GROUP),
                          first_token, stop_token, 0)
 
 
 @njit(cache=True, parallel=True)
-def _parallel_into(code, data, xr, out, chunks):
+def _parallel_into(rows, code, data, xr, out, chunks):
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     for chunk in prange(chunks):
         first, stop = chunk_span(chunk, chunks, num_groups)
-        _groups_into(code, data, xr, out, first, stop)
+        _groups_into(rows, code, data, xr, out, first, stop)
 
 
 @njit(cache=True)
-def run_matvec_into(code, data, x, out):
+def run_matvec_into(rows, code, data, x, out):
     """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
-    (x: float32 [n, k])."""
+    (x: float32 [n, k]); rows: run_rows_kernels(code)."""
     quants, scales, _, _ = quantize_activations(x)
-    run_matvec_regrouped_into(code, data, run_activations(code, quants, scales), out)
+    run_matvec_regrouped_into(rows, code, data, run_activations(code, quants, scales), out)
 
 
 @njit(cache=True)
-def run_matvec_regrouped_into(code, data, xr, out):
+def run_matvec_regrouped_into(rows, code, data, xr, out):
     """run_matvec_into of activations already in the run code's layout (run_activations): mat-vecs of one code
     that share an input regroup it once."""
     n, k = xr[0].shape
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:
-        _parallel_into(code, data, xr, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
+        _parallel_into(rows, code, data, xr, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
     else:
-        _groups_into(code, data, xr, out, 0, num_groups)
+        _groups_into(rows, code, data, xr, out, 0, num_groups)

@@ -5,9 +5,11 @@ core while the tile is still in its L2. Row chunks are contiguous per thread; re
 columns of `out` (ldc = out's row length).
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec.blas import TRANS, sgemm
+from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.matvec.row_decode import decode_row
 
 FLOAT_BYTES = 4
@@ -29,7 +31,8 @@ def decode_and_multiply(code, data, x, out, first_row, stop_row, tile, sgemm_add
 
 @njit(cache=True, parallel=True)
 def tiled_matmul_parallel(code, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
-    """out = x @ W.T for W = `data` decoded as `code`, its rows split into `chunks` contiguous chunks."""
+    """The leaf, compiled per literal code (`tiled_kernel`): out = x @ W.T for W = `data` decoded as `code`, its
+    rows split into `chunks` contiguous chunks."""
     num_rows = data.shape[0]
     rows_per_chunk = (num_rows + chunks - 1) // chunks
     for chunk in prange(chunks):
@@ -37,3 +40,16 @@ def tiled_matmul_parallel(code, data, x, out, tile_rows, sgemm_address, ilp64, c
         first = chunk * rows_per_chunk
         decode_and_multiply(code, data, x, out, first, min(num_rows, first + rows_per_chunk), tile,
                             sgemm_address, ilp64)
+
+
+def tiled_kernel(code: int) -> np.ndarray:
+    """The leaf handle (ir/native_call.py) of type `code`, as a [1, 2] handles array."""
+    return handles_array([native_kernel(tiled_matmul_parallel, (types.literal(code), WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE,
+                                                                types.int64, types.int64, types.boolean,
+                                                                types.int64))])
+
+
+@njit(cache=True)
+def tiled_matmul_into(tiled, code, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
+    """tiled_matmul_parallel through its leaf handle `tiled` (tiled_kernel(code))."""
+    call_native(handle_at(tiled, 0), (code, data, x, out, tile_rows, sgemm_address, ilp64, chunks))
