@@ -1,0 +1,95 @@
+"""`pocket warmup`: compile the CPU kernels a model needs, for this CPU's tier, before its first run.
+
+A pip install compiles its kernels on first use: minutes on a laptop, inside the first request. This fills
+numba's cache beforehand. Phase 1 compiles the model's heavy leaf kernels (kernels_numba.cpu.matvec.dispatch:
+leaf_jobs, compile_leaf) in a pool of processes, one per core; phase 2 runs the engine's own warm-up in this
+process (engine/warm_up.py: a throwaway prompt and a decode step), which loads those leaves from the cache and
+compiles every kernel still missing. Takes the engine flags of `pocket generate`, so the same kernels compile.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+
+from ..errors import UsageError
+from .common import add_engine_arguments, add_model_argument, make_engine
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("warmup", help="compile the CPU kernels a model needs ahead of its first run")
+    add_model_argument(p)
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="processes compiling kernels at once (default: one per core)")
+    add_engine_arguments(p)
+    p.set_defaults(run=run, device="cpu")  # numba's CPU cache is what this fills
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernels_numba.cpu_tier import current_tier
+
+    from ..version_report import numba_cache_dir
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    started = time.perf_counter()
+    pool, leaf_compiles = submit_leaf_compiles(args)  # forks the workers before the progress bar starts a thread
+    with make_progress() as progress:
+        with pool:
+            track(progress, "leaf kernels", leaf_compiles)
+        warm_up_engine(args, progress)
+    print(f"warm-up done in {time.perf_counter() - started:.1f} s (CPU tier {current_tier()}); "
+          f"kernels cached in {numba_cache_dir()}")
+    return 0
+
+
+def make_progress():
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True))
+
+
+def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:
+    """Phase 1: the model's leaf kernels, each compiled into numba's cache by a worker process."""
+    from kernels_numba.cpu.matvec.dispatch import compile_leaf, leaf_jobs
+
+    from ..cache_save_lock import CAN_LOCK, lock_cache_saves
+    from ..model_source import open_model_file
+    from ..registry import resolve_model
+
+    model_file = open_model_file(resolve_model(args.model))
+    jobs = leaf_jobs([model_file.tensor(name) for name in model_file.tensor_infos], args.batch_size)
+    num_workers = min(args.jobs if CAN_LOCK else 1, len(jobs))  # unlocked saves of one kernel would race
+    pool = ProcessPoolExecutor(max_workers=max(1, num_workers), initializer=lock_cache_saves)
+    return pool, [pool.submit(compile_leaf, job) for job in jobs]
+
+
+def track(progress, description: str, futures: list[Future]) -> None:
+    if not futures:
+        return
+    task = progress.add_task(description, total=len(futures))
+    for finished in as_completed(futures):
+        finished.result()  # a worker's error ends the warm-up with it
+        progress.advance(task)
+
+
+def warm_up_engine(args: argparse.Namespace, progress) -> None:
+    """Phase 2: load the model and run the engine's warm-up, counting the kernels that still compile."""
+    from kernels_numba.compile_events import listen_to_compiles
+
+    from ..engine.warm_up import warm_up
+
+    task = progress.add_task("engine warm-up", total=None)
+    compiled = []
+
+    def count(event) -> None:  # numba's compiling thread: only quick work here
+        if not event.is_start and not event.is_failed:
+            compiled.append(event.kernel)
+            progress.update(task, description=f"engine warm-up: {len(compiled)} compiled, last {event.kernel}")
+
+    with listen_to_compiles(count):
+        warm_up(make_engine(args))
+    progress.update(task, description=f"engine warm-up: {len(compiled)} compiled", total=1, completed=1)
