@@ -118,7 +118,9 @@ def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, las
             for d in range(head_dim):
                 head_acc[d] += weight * value[d]
         i += 1
-    out[:, :] = acc
+    for h in range(num_heads):  # element loops, not out[:, :] = acc: see kv_store.store_kv_into
+        for d in range(head_dim):
+            out[h, d] = acc[h, d]
 
 
 @njit(cache=True, inline="always")

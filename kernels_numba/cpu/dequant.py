@@ -19,30 +19,32 @@ def decode_rows_into(code, data, row_ids, out):
         decode_row(code, data[row_ids[i]], out[i])
 
 
-@njit(cache=True, parallel=True)
-def decode_rows_parallel_into(code, data, row_ids, out, chunks):
-    """The leaf, compiled per literal code (`decode_rows_kernel`): decode_rows_into with the rows split into
-    `chunks` chunks across threads (1: on the calling thread, numba's pool limited to it)."""
-    for chunk in prange(chunks):
-        first, stop = chunk_span(chunk, chunks, row_ids.size)
-        for i in range(first, stop):
-            decode_row(code, data[row_ids[i]], out[i])
+@functools.lru_cache(maxsize=None)
+def decode_rows_leaf(code: int):
+    """decode_rows_into for type `code` with the rows split into `chunks` chunks across threads (1: on the calling
+    thread, numba's pool limited to it); `code` a constant of this closure, so only its decoder compiles."""
+    @njit(cache=True, parallel=True)
+    def decode_rows_parallel_into(data, row_ids, out, chunks):
+        for chunk in prange(chunks):
+            first, stop = chunk_span(chunk, chunks, row_ids.size)
+            for i in range(first, stop):
+                decode_row(code, data[row_ids[i]], out[i])
+    return decode_rows_parallel_into
 
 
 @functools.lru_cache(maxsize=None)
 def decode_rows_kernel(code: int) -> np.ndarray:
     """The leaf handle (ir/native_call.py) of type `code`, as a [1, 2] handles array."""
-    return handles_array([native_kernel(decode_rows_parallel_into, (types.literal(code), WEIGHTS_TYPE, ROW_IDS_TYPE,
-                                                                    OUT_TYPE, types.int64))])
+    return handles_array([native_kernel(decode_rows_leaf(code), (WEIGHTS_TYPE, ROW_IDS_TYPE, OUT_TYPE, types.int64))])
 
 
 @njit(cache=True)
 def decode_rows_by_kernel(kernel, code, data, row_ids, out, chunks):
-    """decode_rows_parallel_into through its leaf handle (decode_rows_kernel(code))."""
+    """The row decode leaf of `code` through its handle (decode_rows_kernel(code))."""
     threads = pool_threads()
     if chunks == 1:
         set_pool_threads(1)
-    call_native(handle_at(kernel, 0), (code, data, row_ids, out, chunks))
+    call_native(handle_at(kernel, 0), (data, row_ids, out, chunks))
     if chunks == 1:
         set_pool_threads(threads)
 

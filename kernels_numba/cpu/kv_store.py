@@ -5,14 +5,18 @@ from numba import njit
 
 @njit(cache=True)
 def store_kv_into(k, v, k_cache, v_cache, slot_mapping):
+    """Element loops rather than k_cache[block, offset] = k[i]: numba compiles an array-to-slice assignment with
+    an f-string shape-mismatch error path (~3.5 s per shape arity on a first run)."""
     block_size = k_cache.shape[1]
     for i in range(slot_mapping.size):
         slot = slot_mapping[i]
         if slot < 0:  # padding token: nothing to store
             continue
         block, offset = slot // block_size, slot % block_size
-        k_cache[block, offset] = k[i]
-        v_cache[block, offset] = v[i]
+        for head in range(k.shape[1]):
+            for d in range(k.shape[2]):
+                k_cache[block, offset, head, d] = k[i, head, d]
+                v_cache[block, offset, head, d] = v[i, head, d]
 
 
 def store_kv(k: np.ndarray, v: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,

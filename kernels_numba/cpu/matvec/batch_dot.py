@@ -10,6 +10,8 @@ would each be compiled per type). The float32 math is exact: only the summation 
 one-token kernels. Row groups split across threads as in matmul. Measured (LM head, one thread, loaded
 machine, CPU time): 4 tokens 36 ms (was 51-62), 8 tokens 55 (was 84-107), 12 tokens 104 (was 124-159).
 """
+import functools
+
 import numpy as np
 from numba import literally, njit, prange, types
 
@@ -115,7 +117,7 @@ def groups_of_type_into(code, data, x, out, first_group, stop_group):
         group_into(code, data, first_row, x, out)
 
 
-@njit(cache=True, fastmath=SUM_FASTMATH)
+@njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
 def groups_into(code, data, x, out, first_group, stop_group):
     """Row groups first_group..stop_group-1; each branch passes a constant code, so it compiles one type only."""
     if code == Q8_0:
@@ -136,20 +138,22 @@ def groups_into(code, data, x, out, first_group, stop_group):
         groups_of_type_into(Q4_1, data, x, out, first_group, stop_group)
 
 
-@njit(cache=True, parallel=True)
-def batch_parallel_into(code, data, x, out, chunks):
-    """The leaf, compiled per literal code (`batch_kernel`): groups_into over all row groups, split into `chunks`
-    contiguous chunks across threads."""
-    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    for chunk in prange(chunks):
-        first, stop = chunk_span(chunk, chunks, num_groups)
-        groups_into(code, data, x, out, first, stop)
+@functools.lru_cache(maxsize=None)
+def batch_leaf(code: int):
+    """The batch path's leaf for type `code`: groups_into over all row groups, split into `chunks` contiguous chunks
+    across threads. `code` is a constant of this closure, so numba keeps only its type's branch of groups_into."""
+    @njit(cache=True, parallel=True)
+    def batch_rows_into(data, x, out, chunks):
+        num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+        for chunk in prange(chunks):
+            first, stop = chunk_span(chunk, chunks, num_groups)
+            groups_into(code, data, x, out, first, stop)
+    return batch_rows_into
 
 
 def batch_kernel(code: int) -> np.ndarray:
     """The leaf handle (ir/native_call.py) of type `code` (one of BATCH_CODES), as a [1, 2] handles array."""
-    return handles_array([native_kernel(batch_parallel_into, (types.literal(code), WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE,
-                                                              types.int64))])
+    return handles_array([native_kernel(batch_leaf(code), (WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE, types.int64))])
 
 
 @njit(cache=True)
@@ -168,7 +172,7 @@ def batch_matvec_into(batch, code, data, x, out, min_parallel_work):
     chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
     if not is_parallel:
         set_pool_threads(1)
-    call_native(handle_at(batch, 0), (code, data, x, out, chunks))
+    call_native(handle_at(batch, 0), (data, x, out, chunks))
     if not is_parallel:
         set_pool_threads(threads)
 

@@ -147,20 +147,21 @@ def linear_kernel(code: int, num_tokens: int) -> tuple[int, int, np.ndarray]:
 @njit(cache=True)
 def linear_into(kernel, data, x, out):
     """out = x @ data.T by kernel = (path, code, leaf handles) of linear_kernel, for every path but tiled and
-    f32_blas (x: float32 [n, k] C-contiguous, out: float32 [n, rows])."""
+    f32_blas (x: float32 [n, k] C-contiguous, out: float32 [n, rows]). The 8-bit paths' glue compiles only on tiers
+    with the 8-bit dots (a constant condition: numba drops the branch elsewhere)."""
     path, code, handles = kernel
-    if path == RUN:
-        run_matvec_into(handles, code, data, x, out)
-    elif path == INT8:
-        int8_matvec_into(handles, code, data, x, out)
-    elif path == BATCH:
+    if path == BATCH:
         batch_matvec_into(handles, code, data, x, out, PARALLEL_MIN_WORK)
     elif path == FUSED:
         matvec_into(handles, code, data, x, out)
-    elif path == AMX:
+    elif USE_INT8_DOT and path == RUN:
+        run_matvec_into(handles, code, data, x, out)
+    elif USE_INT8_DOT and path == INT8:
+        int8_matvec_into(handles, code, data, x, out)
+    elif USE_INT8_DOT and path == AMX:
         amx_linear_into(data, x, out)
     else:
-        raise ValueError("linear_into: tiled and f32_blas run from Python (linear)")
+        raise ValueError("linear_into: no glue for this path here (tiled and f32_blas run from Python)")
 
 
 if AMX_IS_AVAILABLE:
@@ -178,6 +179,15 @@ else:  # nothing to compile: choose_path never picks AMX here
 def shared_input_linear_into(kernels, mats, first, x, outs):
     """outs[i] = x @ mats[first + i].T by kernels[first + i] (linear_into's results bit for bit), with x quantized
     to 8 bits once and regrouped once per run code in a row (q/k/v and gate/up read one input)."""
+    if USE_INT8_DOT:
+        _shared_quantized_input_into(kernels, mats, first, x, outs)
+    else:  # float kernels only: nothing to share
+        for i in range(len(outs)):
+            linear_into(kernels[first + i], mats[first + i], x, outs[i])
+
+
+@njit(cache=True)
+def _shared_quantized_input_into(kernels, mats, first, x, outs):
     is_quantized = False
     for i in range(len(outs)):
         path = kernels[first + i][0]

@@ -491,8 +491,11 @@ def quantize_activations_into(x, quants, scales, lane_sums, block_sums):
             scales[t, block] = scale
             total = quantize_block_into(row, first, inverse, row_quants, row_lane_sums)
             block_sums[t, block] = scale * np.float32(total)
-        quants[t] = row_quants  # written through already when quants[t] was contiguous
-        lane_sums[t] = row_lane_sums
+        if row_quants.ctypes.data != quants[t].ctypes.data:  # a copy of a strided row: write it back
+            for j in range(row_quants.size):  # (element loops: see kv_store.store_kv_into)
+                quants[t, j] = row_quants[j]
+            for j in range(row_lane_sums.size):
+                lane_sums[t, j] = row_lane_sums[j]
 
 
 @njit(cache=True)

@@ -9,6 +9,7 @@ on the calling thread (untiled_matmul_into).
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -18,6 +19,7 @@ from kernels_numba.cpu.dequant import decode_rows_into
 from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec.quant_type import BF16, F16, F32
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads
 from kernels_numba.cpu.ir.prefetch import prefetch_rows
@@ -29,7 +31,7 @@ PREFETCH_ROWS_AHEAD = 4  # the fused matvec prefetches the next row group while 
 _buffers = threading.local()
 
 
-@njit(cache=True, nogil=True, fastmath=SUM_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SUM_FASTMATH, inline="always")
 def matvec_groups_into(code, data, x, x_sums, out, first_group, stop_group, scratch):
     """out[t, r] = dot(row r of `data`, x[t]) for the rows of groups first_group..stop_group-1."""
     for group in range(first_group, stop_group):
@@ -38,17 +40,22 @@ def matvec_groups_into(code, data, x, x_sums, out, first_group, stop_group, scra
         dot_group_into(code, data, first_row, x, x_sums, scratch, out)
 
 
-@njit(cache=True, parallel=True)
-def matvec_parallel_into(code, data, x, x_sums, out, chunks):
-    """The leaf, compiled per literal code (`fused_kernel`): matvec_groups_into over all row groups, split into
-    `chunks` contiguous chunks across threads."""
-    num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    groups_per_chunk = (num_groups + chunks - 1) // chunks
-    scratch_length = x.shape[1] if code in (qt.F32, qt.F16, qt.BF16) else 0
-    for chunk in prange(chunks):
-        scratch = np.empty(scratch_length, dtype=np.float32)
-        first = chunk * groups_per_chunk
-        matvec_groups_into(code, data, x, x_sums, out, first, min(num_groups, first + groups_per_chunk), scratch)
+@functools.lru_cache(maxsize=None)
+def fused_leaf(code: int):
+    """The fused path's leaf for type `code`: matvec_groups_into over all row groups, split into `chunks`
+    contiguous chunks across threads. `code` is a constant of this closure, so numba keeps only its type's dots
+    (row_dot.py)."""
+    scratch_length_per_value = 1 if code in (F32, F16, BF16) else 0  # float types decode a row into scratch first
+
+    @njit(cache=True, parallel=True, fastmath=SUM_FASTMATH)
+    def fused_rows_into(data, x, x_sums, out, chunks):
+        num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+        groups_per_chunk = (num_groups + chunks - 1) // chunks
+        for chunk in prange(chunks):
+            scratch = np.empty(scratch_length_per_value * x.shape[1], dtype=np.float32)
+            first = chunk * groups_per_chunk
+            matvec_groups_into(code, data, x, x_sums, out, first, min(num_groups, first + groups_per_chunk), scratch)
+    return fused_rows_into
 
 
 def _reused_buffer(name: str, num_values: int) -> np.ndarray:
@@ -75,8 +82,7 @@ def block_sums(code, x):
 
 def fused_kernel(code: int) -> np.ndarray:
     """The leaf handle (ir/native_call.py) of type `code`, as a [1, 2] handles array."""
-    return handles_array([native_kernel(matvec_parallel_into, (types.literal(code), WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE,
-                                                               OUT_TYPE, types.int64))])
+    return handles_array([native_kernel(fused_leaf(code), (WEIGHTS_TYPE, OUT_TYPE, OUT_TYPE, OUT_TYPE, types.int64))])
 
 
 @njit(cache=True)
@@ -98,7 +104,7 @@ def matvec_into(fused, code, data, x, out):
     chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
     if not is_parallel:
         set_pool_threads(1)
-    call_native(handle_at(fused, 0), (code, data, x, x_sums, out, chunks))
+    call_native(handle_at(fused, 0), (data, x, x_sums, out, chunks))
     if not is_parallel:
         set_pool_threads(threads)
 
