@@ -39,3 +39,22 @@ def test_cache_guard_looks_where_numba_writes_with_numba_cache_dir(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "True"]
     assert not (package / "__pycache__").exists() or not list((package / "__pycache__").glob("*.nbi"))
+
+
+def test_a_source_change_in_a_subfolder_drops_every_folders_cache(tmp_path):
+    """matvec/ and ir/ have their own cache dirs: a change anywhere drops them all, and the top folder's."""
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    sub = tmp_path / "matvec"
+    sub.mkdir()
+    (sub / "leaf.py").write_text("y = 1\n")
+    for folder in (tmp_path, sub):
+        (folder / "__pycache__").mkdir()
+    clear_stale_numba_cache(tmp_path)
+    cached = [tmp_path / "__pycache__" / "kernel.f-1.py311.nbi", sub / "__pycache__" / "leaf.g-1.py311.nbc"]
+    for path in cached:
+        path.write_bytes(b"compiled")
+    clear_stale_numba_cache(tmp_path)  # nothing changed: kept
+    assert all(path.exists() for path in cached)
+    (sub / "leaf.py").write_text("y = 2\n")
+    clear_stale_numba_cache(tmp_path)
+    assert not any(path.exists() for path in cached)

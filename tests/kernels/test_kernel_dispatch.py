@@ -43,6 +43,7 @@ CASES = [
     ("fused", (QT.Q4_K, QT.Q6_K, QT.Q8_0, QT.F16), (1, 3), float64_linear),
     ("batch", (QT.Q5_0, QT.Q4_K, QT.Q6_K), (2, 7, 12), float64_linear),
     ("tiled", (QT.Q4_K, QT.Q8_0, QT.F16), (3, 70), tiled_linear),
+    ("f32_blas", (QT.F32,), (1, 5), float64_linear),
     pytest.param("int8", (QT.Q8_0, QT.Q4_K, QT.Q6_K), (1, 6), linear_int8_activations, marks=needs_8bit),
 ]
 
@@ -92,6 +93,8 @@ def test_the_table_follows_its_thresholds():
         assert choose(qt.Q4_K, 1) == dispatch.FUSED and choose(qt.Q8_0, 3) == dispatch.BATCH
     with dispatch.forced_path("tiled"):
         assert choose(qt.Q4_K, 1) == dispatch.TILED
+    with dispatch.forced_path("f32_blas"), pytest.raises(ValueError, match="cannot run"):
+        choose(qt.Q4_K, 1)  # a path that cannot read the type is refused, not run on the wrong bytes
 
 
 def test_a_model_compiles_the_leaves_of_its_own_types_only():

@@ -91,10 +91,27 @@ def max_fused_tokens(code: int) -> int:
     return MAX_FUSED_TOKENS_PAIRED if code == qt.Q8_0 or code == qt.Q5_0 else MAX_FUSED_TOKENS
 
 
+def serves(path: int, code: int) -> bool:
+    """Whether `path` can run weights of type `code` at all (whatever the token count)."""
+    if path == F32_BLAS:
+        return code == qt.F32
+    if path == RUN:
+        return code >= qt.R_Q5_0
+    if path == AMX:
+        return AMX_IS_AVAILABLE and code == qt.Q8_0
+    if path == INT8:
+        return code in INT8_CODES
+    if path == BATCH:
+        return code in BATCH_CODES
+    return code < qt.R_Q5_0 or path == TILED  # fused: the GGUF types; tiled decodes run rows too
+
+
 def choose_path(code: int, num_tokens: int) -> int:
     """The path serving `num_tokens` tokens of type `code` (a quant_type code, run codes included)."""
     forced = getattr(_forced, "path", None)
     if forced is not None:
+        if not serves(forced, code):
+            raise ValueError(f"forced path {PATH_NAMES[forced]} cannot run quant type code {code}")
         return forced
     if code == qt.F32:
         return F32_BLAS
