@@ -2,29 +2,18 @@
 
 numba's own NUMBA_CACHE_DIR locator names the cache directory after the absolute source directory, which for a
 one-file app is a fresh `_MEIxxxxxx` temp dir on every run: every run would compile again. This locator keys the
-cache by the path inside the bundle and stamps it with a digest of the executable, so a rebuilt binary never
-loads kernels compiled from older sources.
+cache by the path inside the bundle and stamps it with the digest of the kernel sources the binary was built from
+(pocket_kernel_cache.build_stamp), so a rebuilt binary never loads kernels compiled from older sources, and the
+caches compiled at build time (shipped in the binary, one per CPU tier) carry the stamp the binary looks for.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import sys
 
 from numba.core import config
 from numba.core.caching import _CacheLocator
-
-_CHUNK_BYTES = 1 << 20
-
-
-@functools.lru_cache(maxsize=None)
-def executable_digest(path: str, mtime: float, size: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+from pocket_kernel_cache import build_stamp
 
 
 def bundle_dir() -> str | None:
@@ -49,8 +38,7 @@ class BundleCacheLocator(_CacheLocator):
         return self._cache_path
 
     def get_source_stamp(self) -> str:
-        stat = os.stat(sys.executable)
-        return executable_digest(sys.executable, stat.st_mtime, stat.st_size)
+        return build_stamp()
 
     def get_disambiguator(self) -> str:
         return str(self._lineno)

@@ -52,16 +52,24 @@ def make_progress():
                     TimeElapsedColumn(), console=Console(stderr=True))
 
 
-def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:
-    """Phase 1: the model's leaf kernels, each compiled into numba's cache by a worker process."""
-    from kernels_numba.cpu.matvec.dispatch import compile_leaf, leaf_jobs
+def model_leaf_jobs(args: argparse.Namespace) -> list:
+    """The leaf kernels (dispatch.LeafJob) the model's weights need on this CPU tier, over 1..-b tokens."""
+    from kernels_numba.cpu.matvec.dispatch import leaf_jobs
 
-    from ..cache_save_lock import CAN_LOCK, lock_cache_saves
     from ..model_source import open_model_file
     from ..registry import resolve_model
 
     model_file = open_model_file(resolve_model(args.model))
-    jobs = leaf_jobs([model_file.tensor(name) for name in model_file.tensor_infos], args.batch_size)
+    return leaf_jobs([model_file.tensor(name) for name in model_file.tensor_infos], args.batch_size)
+
+
+def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:
+    """Phase 1: the model's leaf kernels, each compiled into numba's cache by a worker process."""
+    from kernels_numba.cpu.matvec.dispatch import compile_leaf
+
+    from ..cache_save_lock import CAN_LOCK, lock_cache_saves
+
+    jobs = model_leaf_jobs(args)
     num_workers = min(args.jobs if CAN_LOCK else 1, len(jobs))  # unlocked saves of one kernel would race
     pool = ProcessPoolExecutor(max_workers=max(1, num_workers), initializer=lock_cache_saves)
     return pool, [pool.submit(compile_leaf, job) for job in jobs]

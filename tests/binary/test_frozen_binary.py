@@ -2,9 +2,9 @@
 empty HOME, on a tiny GGUF and on the default model; its answers must match the Python install's.
 
 The binary is built once per session (frozen_binary_job.py, in the background while the rest of the suite runs)
-without the CUDA libraries, which add ~140 MiB and need a GPU to be of use. The first run of the default model
-compiles the kernels (cold), the second must load every one of them from numba's cache in the user cache dir
-(warm); both run right after the build, before any test here runs the binary.
+without the CUDA libraries, which add ~140 MiB and need a GPU to be of use, and with the kernels compiled for this
+CPU's tier. The first run of the default model must load every kernel (the shipped ones, copied into the user
+cache dir), and so must the second; both run right after the build, before any test here runs the binary.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import tomllib
 import pytest
 
 from pocketcli.cli import main
-from tests.binary.frozen_binary_job import DEFAULT_MODEL_ARGS, PROMPT, ROOT, Pocket
+from tests.binary.frozen_binary_job import DEFAULT_MODEL_ARGS, HOST_TIER, PROMPT, ROOT, SHIPPED_TIER, Pocket
 from tests.models.tiny_gguf import write_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def default_model_runs(frozen_binary_job):
-    """The default model's first (cold: JIT) and second (warm) run, with numba's cache log on stdout."""
+    """The default model's first and second run, with numba's cache log on stdout."""
     return [(run.completed, run.wall_s, run.cpu_s) for run in frozen_binary_job.result()[1]]
 
 
@@ -74,6 +74,7 @@ def test_version_reports_backends_and_cache_dir(pocket):
     out = completed.stdout
     assert out.startswith(f"pocket {project_version()} (one-file binary {pocket.executable})")
     assert "CPU: available:" in out and "features:" in out
+    assert f"CPU tier: {HOST_TIER} (" in out
     assert "\nCUDA: " in out
     if not os.environ.get("POCKET_TEST_BINARY"):  # the fixture builds with --cuda off
         assert "CUDA: not available (this binary was built without CUDA support)" in out
@@ -90,18 +91,21 @@ def test_generate_default_model_by_path_matches_python_install(default_model_run
     assert frozen["text"] == expected["text"]
 
 
-def test_second_run_loads_kernels_from_cache(default_model_runs, pocket):
-    (cold, cold_s, cold_cpu_s), (warm, warm_s, warm_cpu_s) = default_model_runs
-    cold_log, _ = split_cache_log(cold.stdout)
-    warm_log, warm_out = split_cache_log(warm.stdout)
-    assert warm.returncode == 0, warm.stderr
-    assert any("data saved to" in line for line in cold_log), cold.stdout[-2000:]
-    assert not any("data saved to" in line for line in warm_log), "\n".join(warm_log)
-    loaded = [line for line in warm_log if "data loaded from" in line]
-    assert loaded and all(str(pocket.home / ".cache" / "pocketllm" / "numba") in line for line in loaded)
-    assert json.loads(warm_out)["token_ids"] == json.loads(split_cache_log(cold.stdout)[1])["token_ids"]
-    print(f"\ndefault model, generate -n 8: cold {cold_s:.1f} s wall ({cold_cpu_s:.1f} s CPU), "
-          f"warm {warm_s:.1f} s wall ({warm_cpu_s:.1f} s CPU)")
+def test_first_run_loads_the_shipped_kernels(default_model_runs, pocket):
+    """The first run compiles nothing (without a tier to ship, it compiles and the second run loads)."""
+    (first, first_s, first_cpu_s), (second, second_s, second_cpu_s) = default_model_runs
+    first_log, first_out = split_cache_log(first.stdout)
+    second_log, second_out = split_cache_log(second.stdout)
+    assert second.returncode == 0, second.stderr
+    compiled_first = any("data saved to" in line for line in first_log)
+    assert compiled_first == (SHIPPED_TIER == "none"), "\n".join(first_log)[-3000:]
+    assert not any("data saved to" in line for line in second_log), "\n".join(second_log)
+    for log in (first_log, second_log) if not compiled_first else (second_log,):
+        loaded = [line for line in log if "data loaded from" in line]
+        assert loaded and all(str(pocket.home / ".cache" / "pocketllm" / "numba") in line for line in loaded)
+    assert json.loads(second_out)["token_ids"] == json.loads(first_out)["token_ids"]
+    print(f"\ndefault model, generate -n 8 (kernels shipped: {SHIPPED_TIER}): first run {first_s:.1f} s wall "
+          f"({first_cpu_s:.1f} s CPU), second {second_s:.1f} s wall ({second_cpu_s:.1f} s CPU)")
 
 
 def test_generate_tiny_gguf_matches_python_install(pocket, tiny_model, capsys):
