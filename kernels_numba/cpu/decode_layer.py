@@ -20,7 +20,7 @@ when a weight has no fused dot: FP8, or F32 which linear sends to BLAS); `decode
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -145,6 +145,15 @@ class DecodeLayerPlan:
     sliding_window: int
     softcap: np.float32
     max_tokens: int  # the most decode tokens one call serves: the fused mat-vecs' limit over the layer's types
+    # the mats' LinearKernels by token count (dispatch.linear_kernel), looked up once per count
+    kernels_by_tokens: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def kernels(self, num_tokens: int) -> tuple:
+        kernels = self.kernels_by_tokens.get(num_tokens)
+        if kernels is None:
+            kernels = tuple(linear_kernel(code, num_tokens) for code in self.codes)
+            self.kernels_by_tokens[num_tokens] = kernels
+        return kernels
 
 
 _NONE = np.zeros(0, dtype=np.float32)
@@ -177,7 +186,6 @@ def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_ca
     """The layer of n decode tokens, in place on x: float32 [n, hidden] (n <= plan.max_tokens), token t the next
     of sequence t: block_tables int32 [n, blocks], positions and cache slots int64 [n]."""
     p = plan
-    kernels = tuple(linear_kernel(code, x.shape[0]) for code in p.codes)
-    decode_layer_into(x, p.mats, kernels, p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
+    decode_layer_into(x, p.mats, p.kernels(x.shape[0]), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
                       p.head_dim, p.eps, p.activation, k_cache, v_cache, block_tables, positions, slots, p.scale,
                       p.sliding_window, p.softcap)
