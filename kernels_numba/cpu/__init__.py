@@ -1,15 +1,9 @@
 """numba CPU kernels: the same ops, with the same signatures, as kernels_numba.reference."""
 from pathlib import Path
 
-from kernels_numba.cpu.cache_guard import clear_stale_numba_cache, has_compiled_cache
+from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
 
 clear_stale_numba_cache(Path(__file__).parent)
-
-
-def is_compiled() -> bool:
-    """Whether numba's on-disk cache holds these kernels (False on the first run: they JIT-compile)."""
-    return has_compiled_cache(Path(__file__).parent)
-
 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402

@@ -1,7 +1,16 @@
+import pytest
+from numba.core import config
+
 from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
 
 
-def test_stale_numba_cache_is_dropped_only_when_a_source_changes(tmp_path):
+@pytest.fixture
+def pycache_locations(monkeypatch):
+    """numba's default cache place (each folder's __pycache__), whatever NUMBA_CACHE_DIR the tests run under."""
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+
+
+def test_stale_numba_cache_is_dropped_only_when_a_source_changes(tmp_path, pycache_locations):
     (tmp_path / "kernel.py").write_text("x = 1\n")
     cache = tmp_path / "__pycache__"
     cache.mkdir()
@@ -41,7 +50,7 @@ def test_cache_guard_looks_where_numba_writes_with_numba_cache_dir(tmp_path):
     assert not (package / "__pycache__").exists() or not list((package / "__pycache__").glob("*.nbi"))
 
 
-def test_a_source_change_in_a_subfolder_drops_every_folders_cache(tmp_path):
+def test_a_source_change_in_a_subfolder_drops_every_folders_cache(tmp_path, pycache_locations):
     """matvec/ and ir/ have their own cache dirs: a change anywhere drops them all, and the top folder's."""
     (tmp_path / "kernel.py").write_text("x = 1\n")
     sub = tmp_path / "matvec"
