@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.threads == 0:  # every thread, not the cores left free: on one the parallel kernels would not compile
+        args.threads = os.cpu_count() or 1
     started = time.perf_counter()
     pool, leaf_compiles = submit_leaf_compiles(args)  # forks the workers before the progress bar starts a thread
     with make_progress() as progress:
@@ -85,7 +87,10 @@ def track(progress, description: str, futures: list[Future]) -> None:
 
 
 def warm_up_engine(args: argparse.Namespace, progress) -> None:
-    """Phase 2: load the model and run the engine's warm-up, counting the kernels that still compile."""
+    """Phase 2: load the model and run the engine's warm-up on every thread, then on one (a run follows the cores
+    other processes leave free, and one thread takes the serial kernels), counting the kernels that compile."""
+    import numba
+
     from kernels_numba.compile_events import listen_to_compiles
 
     from ..engine.warm_up import warm_up
@@ -99,5 +104,8 @@ def warm_up_engine(args: argparse.Namespace, progress) -> None:
             progress.update(task, description=f"engine warm-up: {len(compiled)} compiled, last {event.kernel}")
 
     with listen_to_compiles(count):
-        warm_up(make_engine(args))
+        engine = make_engine(args)
+        warm_up(engine)
+        numba.set_num_threads(1)
+        warm_up(engine)
     progress.update(task, description=f"engine warm-up: {len(compiled)} compiled", total=1, completed=1)
