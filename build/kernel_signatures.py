@@ -9,8 +9,8 @@ MODEL "" is the registry's default. Both pretend to be the frozen binary unpacke
 cache locator (frozen/pocket_numba_cache.py) lays the cache out and stamps it as the binary will look for it.
 `compile` takes the leaf kernels from dispatch.leaf_jobs under its own tier (which paths serve a quant type
 depends on the tier) and the glue from the recorded signatures. Only numba dispatchers with cache=True that are
-module attributes can be found again by name; a cached kernel made by a factory (a closure) is reported as not
-replayable, and a tier that was not recorded compiles it on first use.
+module attributes can be found again by name; any other cached kernel that compiled in the recording process (a
+closure made by a factory, not a leaf) is reported as not replayable: a tier not recorded compiles it on first use.
 """
 from __future__ import annotations
 

@@ -42,8 +42,10 @@ def executable_digest(path: str, mtime: float, size: int) -> str:
 
 def install_shipped_kernels(bundle: str, cache_dir: str) -> bool:
     """Copy the shipped cache of this CPU's tier into cache_dir unless this build's copy is there; True if copied."""
-    from kernels_numba.cpu_tier import current_tier  # the package sets the tier; numba is not imported
-
+    try:
+        from kernels_numba.cpu_tier import current_tier  # the package sets the tier; numba is not imported
+    except ValueError:  # a bad POCKET_CPU_TIER: the command that loads the kernels reports it in one line
+        return False
     tier = current_tier()
     source = os.path.join(bundle, SHIPPED_DIR, tier)
     installed = os.path.join(cache_dir, INSTALLED_NAME)
