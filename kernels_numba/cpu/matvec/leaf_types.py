@@ -4,5 +4,4 @@ from numba import types
 
 WEIGHTS_TYPE = types.Array(types.uint8, 2, "C", readonly=True)  # dequant.readonly_bytes / run_layout rows
 OUT_TYPE = types.Array(types.float32, 2, "C")  # outputs, float32 activations and per-token sums
-ROW_TYPE = types.Array(types.float32, 1, "C")  # a scratch row
 ROW_IDS_TYPE = types.Array(types.int64, 1, "C")
