@@ -89,6 +89,7 @@ class CompileWatch:
         self.lock = threading.Condition()
         self.burst: CompileBurst | None = None
         self.num_bursts_started = self.num_bursts_reported = 0
+        self.compiled_seconds = 0.0  # the finished bursts' time, all told (timing lines say what it includes)
         self.is_closing = False
         self._listening = listen_to_compiles(self._record)
         self._reporter = threading.Thread(target=self._report_bursts, name="compile-progress", daemon=True)
@@ -164,5 +165,6 @@ class CompileWatch:
         if is_done:
             with self.lock:
                 self.num_bursts_reported += 1
+                self.compiled_seconds += progress.elapsed_s if progress.num_compiled else 0.0
                 self.lock.notify_all()
         return is_done

@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n")
         decode_rate = f"{timings['decode_tokens_per_s']:.1f} tok/s" if len(token_ids) > 1 else "n/a"
+        compiling = (f" | these timings include {compiles.compiled_seconds:.1f} s of kernel compiling (first run)"
+                     if compiles.compiled_seconds else "")
         print(f"load {timings['load_s']:.2f} s | prompt {len(prompt_ids)} tok, "
               f"{timings['prompt_tokens_per_s']:.1f} tok/s | decode {len(token_ids)} tok, "
-              f"{decode_rate} | finish: {last.finish_reason}", file=sys.stderr)
+              f"{decode_rate} | finish: {last.finish_reason}{compiling}", file=sys.stderr)
     return 0

@@ -48,6 +48,17 @@ def test_compiles_are_reported_with_a_summary(capsys):
     assert err.splitlines()[-1].startswith("compiled 2 kernels in ") and "cached" not in err
 
 
+def test_the_watch_totals_its_compile_seconds_for_timing_lines(capsys):
+    kernel = make_kernel()
+    with report_compiles_to_stderr(**FAST) as compiles:
+        kernel(1.0)
+    summary = capsys.readouterr().err.splitlines()[-1]  # "compiled 2 kernels in S s"
+    assert compiles.compiled_seconds == pytest.approx(float(summary.split(" in ")[1].split()[0]), abs=0.051)
+    with report_compiles_to_stderr(**FAST) as warm:
+        kernel(2.0)
+    assert warm.compiled_seconds == 0.0
+
+
 def test_terminal_line_is_rewritten_then_summarised():
     stream = TerminalBuffer()
     kernel = make_kernel()
