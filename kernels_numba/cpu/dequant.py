@@ -5,9 +5,9 @@ import numpy as np
 from numba import njit, prange, types
 
 from gguf_loader.weight_tensor import WeightTensor
-from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
+from kernels_numba.cpu.ir.native_call import handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, ROW_IDS_TYPE, WEIGHTS_TYPE
-from kernels_numba.cpu.parallel_policy import chunk_span, num_chunks, pool_threads, set_pool_threads, use_threads
+from kernels_numba.cpu.parallel_policy import call_native_in_chunks, chunk_span, num_chunks, use_threads
 from kernels_numba.cpu.matvec.quant_type import type_code_of
 from kernels_numba.cpu.matvec.row_decode import decode_row
 
@@ -39,32 +39,29 @@ def decode_rows_kernel(code: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def decode_rows_by_kernel(kernel, code, data, row_ids, out, chunks):
-    """The row decode leaf of `code` through its handle (decode_rows_kernel(code))."""
-    threads = pool_threads()
-    if chunks == 1:
-        set_pool_threads(1)
-    call_native(handle_at(kernel, 0), (data, row_ids, out, chunks))
-    if chunks == 1:
-        set_pool_threads(threads)
+def decode_rows_by_kernel(kernel, data, row_ids, out, chunks):
+    """The row decode leaf of a type through its handle (decode_rows_kernel(code))."""
+    call_native_in_chunks(handle_at(kernel, 0), (data, row_ids, out), chunks)
+
+
+def _readonly(rows: np.ndarray) -> np.ndarray:
+    """rows as a read-only array (a view where it is writable), so every caller hits one numba specialisation."""
+    if rows.flags.writeable:
+        rows = rows.view()
+        rows.flags.writeable = False
+    return rows
 
 
 def decode_rows(code: int, data: np.ndarray, row_ids: np.ndarray, out: np.ndarray) -> None:
     """out[i] = row row_ids[i] of `data` (uint8 [rows, bytes_per_row], C-contiguous) decoded as type `code`, by its
     leaf kernel (out: float32 [len(row_ids), row_length], C-contiguous)."""
-    rows = data.view()
-    rows.flags.writeable = False
     ids = np.ascontiguousarray(row_ids, dtype=np.int64)
-    decode_rows_by_kernel(decode_rows_kernel(code), code, rows, ids, out, 1)
+    decode_rows_by_kernel(decode_rows_kernel(code), _readonly(data), ids, out, 1)
 
 
 def readonly_bytes(w: WeightTensor) -> np.ndarray:
     """w.data as a read-only uint8 [rows, bytes_per_row] array, so every caller hits one numba specialisation."""
-    data = np.asarray(w.data)
-    if data.flags.writeable:
-        data = data.view()
-        data.flags.writeable = False
-    return data
+    return _readonly(np.asarray(w.data))
 
 
 def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -81,7 +78,7 @@ def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None
     if not out.flags.c_contiguous:  # the leaf takes C-contiguous rows
         return _decoded_into(w, row_ids, out)
     chunks = num_chunks(row_ids.size) if use_threads(row_ids.size * w.row_length) else 1
-    decode_rows_by_kernel(decode_rows_kernel(code), code, readonly_bytes(w), row_ids, out, chunks)
+    decode_rows_by_kernel(decode_rows_kernel(code), readonly_bytes(w), row_ids, out, chunks)
     return out
 
 

@@ -10,6 +10,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
 
+from kernels_numba.cpu.ir.native_call import call_native
+
 PARALLEL_MIN_WORK = 1 << 18  # elements touched (weights, activations, q.k terms) worth waking the pool for
 CHUNKS_PER_THREAD = 4  # static chunks per thread: some load balance without much per-chunk setup
 
@@ -60,3 +62,26 @@ def set_pool_threads(typingctx, count):
         return context.get_dummy_value()
 
     return types.void(count), codegen
+
+
+@njit(cache=True)
+def pool_chunks(num_items, work, min_work):
+    """Chunks to split num_items into: CHUNKS_PER_THREAD a thread where `work` elements reach min_work and the
+    pool has more than one thread, else 1 (a runtime count either way: a literal 1 would compile the kernel twice)."""
+    threads = pool_threads()
+    if threads > 1 and work >= min_work:
+        return max(1, min(num_items, CHUNKS_PER_THREAD * threads))
+    return 1
+
+
+@njit(cache=True)
+def call_native_in_chunks(kernel, args, chunks):
+    """kernel(*args, chunks) for a parallel leaf kernel handle (ir/native_call.py). One chunk runs with numba's
+    pool limited to the calling thread: the parallel entry still gives its loop body noalias array arguments
+    (1.3-2.2x faster than the same code as a plain njit function: matmul.matvec_into) without waking the pool."""
+    threads = pool_threads()
+    if chunks == 1:
+        set_pool_threads(1)
+    call_native(kernel, args + (chunks,))
+    if chunks == 1:
+        set_pool_threads(threads)

@@ -18,7 +18,7 @@ def batch_linear(x, w):
     """The batched float kernel itself (linear sends Q8_0/Q5_0/Q4_0 to int8_matvec on CPUs with VNNI)."""
     out = np.empty((x.shape[0], w.num_rows), np.float32)
     code = qt.type_code_of(w)
-    batch_matvec_into(batch_kernel(code), code, readonly_bytes(w), x, out, parallel_policy.PARALLEL_MIN_WORK)
+    batch_matvec_into(batch_kernel(code), readonly_bytes(w), x, out, parallel_policy.PARALLEL_MIN_WORK)
     return out
 
 

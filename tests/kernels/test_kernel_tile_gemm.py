@@ -58,7 +58,7 @@ def test_tiled_parallel_matmul_matches_the_dequantized_product(ggml_type, chunks
     x = rng.standard_normal((19, 256)).astype(np.float32)
     out = np.full((19, 37), np.nan, np.float32)
     code = quant_type.type_code_of(w)
-    tiled_matmul_into(tiled_kernel(code), code, readonly_bytes(w), x, out, 5, SGEMM.address, bool(SGEMM.ilp64),
+    tiled_matmul_into(tiled_kernel(code), readonly_bytes(w), x, out, 5, SGEMM.address, bool(SGEMM.ilp64),
                       chunks)
     expected = x.astype(np.float64) @ reference.dequantize(w).astype(np.float64).T
     assert relative_error(out, expected) < 1e-5

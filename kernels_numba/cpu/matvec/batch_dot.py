@@ -15,12 +15,12 @@ import functools
 import numpy as np
 from numba import literally, njit, prange, types
 
-from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
+from kernels_numba.cpu.ir.native_call import handle_at, handles_array, native_kernel
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.ir.lanes import lane_sum, zeroed_lanes
 from kernels_numba.cpu.matvec.pair_decode import PAIR_CODES, block_params, pair_values
-from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, chunk_span, pool_threads, set_pool_threads
+from kernels_numba.cpu.parallel_policy import call_native_in_chunks, chunk_span, pool_chunks
 from kernels_numba.cpu.ir.prefetch import prefetch_rows
 from kernels_numba.cpu.matvec.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from kernels_numba.cpu.ir.tile_fma import fma_block_tile
@@ -157,22 +157,10 @@ def batch_kernel(code: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def batch_matvec_into(batch, code, data, x, out, min_parallel_work):
+def batch_matvec_into(batch, data, x, out, min_parallel_work):
     """out = x @ data.T for x: float32 [n, k] C-contiguous (n <= MAX_BATCH_TOKENS, k a multiple of 256 for
-    K-quants) and `data` rows of type `code` (one of BATCH_CODES); threads once rows * k >= min_parallel_work;
-    batch: batch_kernel(code).
-
-    Small matrices still run the parallel entry with the pool limited to this thread, for its noalias array
-    arguments (see matmul.matvec_into).
-    """
-    threads = pool_threads()
+    K-quants) by batch = batch_kernel(code) of the rows' type (one of BATCH_CODES); threads once rows * k >=
+    min_parallel_work (small matrices too run the parallel entry: parallel_policy.call_native_in_chunks)."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    is_parallel = threads > 1 and data.shape[0] * x.shape[1] >= min_parallel_work
-    # one call with a runtime chunk count: a literal 1 would compile the whole kernel a second time
-    chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
-    if not is_parallel:
-        set_pool_threads(1)
-    call_native(handle_at(batch, 0), (data, x, out, chunks))
-    if not is_parallel:
-        set_pool_threads(threads)
-
+    chunks = pool_chunks(num_groups, data.shape[0] * x.shape[1], min_parallel_work)
+    call_native_in_chunks(handle_at(batch, 0), (data, x, out), chunks)

@@ -168,7 +168,7 @@ def linear_into(kernel, data, x, out):
     with the 8-bit dots (a constant condition: numba drops the branch elsewhere)."""
     path, code, handles = kernel
     if path == BATCH:
-        batch_matvec_into(handles, code, data, x, out, PARALLEL_MIN_WORK)
+        batch_matvec_into(handles, data, x, out, PARALLEL_MIN_WORK)
     elif path == FUSED:
         matvec_into(handles, code, data, x, out)
     elif USE_INT8_DOT and path == RUN:
@@ -241,9 +241,7 @@ _JOB_TOKEN_COUNTS = (1, 2, MAX_FUSED_TOKENS, MAX_FUSED_TOKENS + 1, MAX_BATCH_TOK
 def kernel_code(w: WeightTensor) -> int:
     """The code cpu_operands(w) gives (its run code where it gets the run layout), without repacking w."""
     code = qt.type_code_of(w)
-    if USE_RUN_LAYOUT and len(w.shape) == 2 and run_layout.supports(code, w.shape[-1]):
-        return run_layout.RUN_CODES[code]
-    return code
+    return run_layout.RUN_CODES[code] if USE_RUN_LAYOUT and run_layout.has_run_layout(w) else code
 
 
 def leaf_jobs(weights, max_num_tokens: int) -> list[LeafJob]:
@@ -294,7 +292,7 @@ def tiled_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray) -> N
     tile_rows = int(min(num_rows, max(16, TILE_BYTES // (4 * row_length))))
     sgemm = find_sgemm()
     if sgemm is not None and use_threads(x.shape[0] * num_rows * row_length):
-        tiled_matmul_into(leaf_handles(TILED, code), code, data, x, out, tile_rows, sgemm.address,
+        tiled_matmul_into(leaf_handles(TILED, code), data, x, out, tile_rows, sgemm.address,
                           bool(sgemm.ilp64), numba.get_num_threads())
         return
     untiled_matmul_into(code, data, x, out, tile_rows)

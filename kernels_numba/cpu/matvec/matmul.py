@@ -16,12 +16,12 @@ import numpy as np
 from numba import njit, prange, types
 
 from kernels_numba.cpu.dequant import decode_rows_into
-from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
+from kernels_numba.cpu.ir.native_call import handle_at, handles_array, native_kernel
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.quant_type import BF16, F16, F32
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
-from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads, set_pool_threads
+from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, call_native_in_chunks, pool_chunks
 from kernels_numba.cpu.ir.prefetch import prefetch_rows
 from kernels_numba.cpu.matvec.row_dot import ROWS_PER_GROUP, dot_group_into
 
@@ -96,17 +96,9 @@ def matvec_into(fused, code, data, x, out):
     x. Deciding here rather than in Python saves ~15 us of numba thread-count calls per mat-vec (decode: ~80 per
     token).
     """
-    x_sums = block_sums(code, x)
-    threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    is_parallel = threads > 1 and data.shape[0] * x.shape[1] >= PARALLEL_MIN_WORK
-    # one call with a runtime chunk count: a literal 1 would compile the whole kernel a second time
-    chunks = max(1, min(num_groups, CHUNKS_PER_THREAD * threads)) if is_parallel else 1
-    if not is_parallel:
-        set_pool_threads(1)
-    call_native(handle_at(fused, 0), (data, x, x_sums, out, chunks))
-    if not is_parallel:
-        set_pool_threads(threads)
+    chunks = pool_chunks(num_groups, data.shape[0] * x.shape[1], PARALLEL_MIN_WORK)
+    call_native_in_chunks(handle_at(fused, 0), (data, x, block_sums(code, x), out), chunks)
 
 
 def untiled_matmul_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray, tile_rows: int) -> None:

@@ -42,12 +42,8 @@ def decode_row(code, row, out):
         decode_iq2_xxs(row, out)
     elif code == IQ3_XXS:
         decode_iq3_xxs(row, out)
-    elif code == F16:
-        decode_f16(row, out)
-    elif code == BF16:
-        decode_bf16(row, out)
-    elif code == F32:
-        decode_f32(row, out)
+    elif code == F16 or code == BF16 or code == F32:
+        decode_float_row(code, row, out)
     elif code >= R_Q5_0:  # the CPU's run layout of Q5_0, Q4_0, Q4_K, Q6_K, Q8_0 (run_layout.py)
         _decode_run_row(code, row, out)
 

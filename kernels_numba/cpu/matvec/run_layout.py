@@ -230,6 +230,12 @@ def _malloc_trim():
 _MALLOC_TRIM = _malloc_trim()
 
 
+def has_run_layout(w: WeightTensor) -> bool:
+    """Whether w's type and shape have a run layout (run_weights makes it; RUN_CODES gives its code)."""
+    code = qt.TYPE_CODES.get(w.ggml_type)
+    return w.fp8 is None and len(w.shape) == 2 and code is not None and supports(code, w.shape[-1])
+
+
 def run_weights(w: WeightTensor) -> RunWeights | None:
     """w in the run layout (made once and kept on w), or None when its type or shape has none."""
     cached = w.cpu_layouts.get("runs", False)
@@ -237,7 +243,7 @@ def run_weights(w: WeightTensor) -> RunWeights | None:
         return cached
     code = qt.TYPE_CODES.get(w.ggml_type)
     result = None
-    if w.fp8 is None and len(w.shape) == 2 and code is not None and supports(code, w.shape[-1]):
+    if has_run_layout(w):
         packed = repack(code, np.asarray(w.data), read_rows=private_bytes)
         packed.flags.writeable = False
         result = RunWeights(RUN_CODES[code], packed)

@@ -54,6 +54,6 @@ def tiled_kernel(code: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def tiled_matmul_into(tiled, code, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
+def tiled_matmul_into(tiled, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
     """The tiled leaf of `code` through its handle `tiled` (tiled_kernel(code))."""
     call_native(handle_at(tiled, 0), (data, x, out, tile_rows, sgemm_address, ilp64, chunks))
