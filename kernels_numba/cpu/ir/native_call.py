@@ -3,14 +3,15 @@
 numba links every kernel a function calls into that function's LLVM module and optimises the whole module again,
 callees included: a heavy kernel (the 8-bit dot intrinsics) was re-optimised by every function above it, and a
 kernel that branches on a runtime quant type compiled every type's code each time. That made a fresh install's
-first run take minutes. A leaf kernel compiled once, for one literal quant type (`native_kernel`), and called
-through its address (`call_native`) is optimised once and only for the types a model has; the glue above it
-stays small and is compiled once for every type.
+first run take minutes. A leaf kernel compiled once for one quant type (a closure constant, or a literal argument
+of an intrinsic that emits one type's IR) by `native_kernel`, and called through its address (`call_native`), is
+optimised once and only for the types a model has; the glue above it stays small and is compiled once for all.
 
 A kernel handle is (address, signature id), kept as a row of an int64 [kernels, 2] array where glue takes several
-(a parallel loop's body cannot take tuples; `handle_at` reads one back): the id (a digest of the unliteral argument types) is checked at run
-time against the call site's argument types, so a handle compiled for other argument types raises TypeError
-instead of reading its arguments wrongly. (0, 0), NO_KERNEL, fills unused slots and raises the same way.
+(a parallel loop's body cannot take tuples; `handle_at` reads one back). The id, a digest of the unliteral
+argument types, is checked at run time against the call site's argument types, so a handle compiled for other
+argument types raises TypeError instead of reading its arguments wrongly. (0, 0), NO_KERNEL, fills unused slots
+and raises the same way.
 """
 from __future__ import annotations
 

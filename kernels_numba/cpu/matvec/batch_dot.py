@@ -25,7 +25,6 @@ from kernels_numba.cpu.ir.prefetch import prefetch_rows
 from kernels_numba.cpu.matvec.quant_type import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from kernels_numba.cpu.ir.tile_fma import fma_block_tile
 
-MAX_BATCH_TOKENS = 12  # speculative verify sends up to k + 1 = 12 tokens; more go to tile decode + GEMM
 BATCH_CODES = frozenset(PAIR_CODES)
 ROWS_PER_GROUP = 4
 PREFETCH_ROWS_AHEAD = 4  # the next row group streams in while this one is computed (as in matmul)
@@ -158,7 +157,7 @@ def batch_kernel(code: int) -> np.ndarray:
 
 @njit(cache=True)
 def batch_matvec_into(batch, data, x, out, min_parallel_work):
-    """out = x @ data.T for x: float32 [n, k] C-contiguous (n <= MAX_BATCH_TOKENS, k a multiple of 256 for
+    """out = x @ data.T for x: float32 [n, k] C-contiguous (n <= dispatch.MAX_BATCH_TOKENS, k a multiple of 256 for
     K-quants) by batch = batch_kernel(code) of the rows' type (one of BATCH_CODES); threads once rows * k >=
     min_parallel_work (small matrices too run the parallel entry: parallel_policy.call_native_in_chunks)."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP

@@ -59,6 +59,9 @@ MAX_INT8_TOKENS = 48  # GGUF-order 8-bit dots, 4 tokens a pass: Q5_0 2048x640 n=
 MAX_BATCH_TOKENS = 12  # speculative verify sends up to k + 1 = 12 tokens; float register tiles up to there
 MAX_FUSED_TOKENS = 8  # fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
 MAX_FUSED_TOKENS_PAIRED = 12  # Q8_0/Q5_0 dot token pairs: fused still wins at 9-12 (LM head n=9: 73 vs 208 ms)
+# FP8 weights (HF checkpoints, fp8.fp8_linear): 4096x4096, one thread: fused 23 ms vs tiles 33 at 12 tokens, even
+# at 16; tiles win at 24
+MAX_FP8_FUSED_TOKENS = 12
 
 # 8-bit activations where the CPU has integer dot instructions (int8_dot.py): ~2x the float kernels' rate and
 # llama.cpp's numerics; without VNNI the float kernels are faster and exact

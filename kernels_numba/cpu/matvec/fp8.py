@@ -20,9 +20,9 @@ from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.matvec.fp8_decode import E4M3_DECODE_FACTOR, decode_e4m3x16
 from kernels_numba.cpu.matvec.fp8_dot import CHUNK, ROWS_PER_GROUP, fast_layout, fp8_groups_into
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.matvec.dispatch import MAX_FP8_FUSED_TOKENS
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 
-MAX_FUSED_TOKENS = 12  # 4096x4096, one thread: fused 23 ms vs tiles 33 at 12 tokens, even at 16, tiles win at 24
 TILE_BYTES = 512 * 1024  # float32 bytes per decoded prefill tile: stays in L2 between decode and GEMM
 
 _buffers = threading.local()
@@ -130,7 +130,7 @@ def fp8_linear(x: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) ->
         out = np.empty(expected, dtype=np.float32)
     elif out.shape != expected or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"linear {w.name!r}: out must be C-contiguous float32 {expected}")
-    if x.shape[0] <= MAX_FUSED_TOKENS and fast_layout(data.shape[1], f.scales, f.block_rows, f.block_cols):
+    if x.shape[0] <= MAX_FP8_FUSED_TOKENS and fast_layout(data.shape[1], f.scales, f.block_rows, f.block_cols):
         _fused_matvec_into(data, w, x, out)
     else:
         _tiled_matmul_into(data, w, x, out)
