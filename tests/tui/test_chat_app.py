@@ -61,18 +61,22 @@ async def test_prompt_streams_reply(tiny_model, data_dir, chunks):
         assert "│ spec 75% accepted" in str(screen.query_one("#status").render())
 
 
-async def test_default_model_streams_a_reply(data_dir, chunks):
-    """The one test on the real default model (Gemma 3 270M from its PyPI package): model=None means the default."""
-    app = build(None, max_tokens=12)
+async def test_default_model_holds_a_two_turn_conversation(chat_default_model, chunks):
+    """The one test on the real chat default (SmolLM2-135M-Instruct, Q4_1, from its PyPI package): model=None
+    means that default. Greedy replies answer the questions and echo neither."""
+    app = build(None, max_tokens=24)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(app, pilot)
         assert app.session.engine is not None, "the default model did not load"
-        await send(screen, pilot, "What is the capital of France?", typed=True)
-        reply = app.session.conversation.path()[-1]
-        assert reply.role == "assistant" and reply.content.strip() and "".join(chunks) == reply.content
-        assert views(screen)[-1] == ("assistant", reply.content)
+        for question, answer in (("What is the capital of Japan?", "Tokyo"),
+                                 ("And what is the capital of France?", "Paris")):
+            await send(screen, pilot, question, typed=question.startswith("What"))
+            reply = app.session.conversation.path()[-1]
+            assert reply.role == "assistant" and answer in reply.content and question not in reply.content
+            assert views(screen)[-1] == ("assistant", reply.content)
+        assert "".join(chunks) == "".join(v.turn.content for v in screen.query(MessageView) if v.role == "assistant")
         status = str(screen.query_one("#status").render())
-        assert "gemma3-270m" in status and "ctx " in status and "/2048" in status
+        assert "smollm2-135m-instruct" in status and "ctx " in status and "/2048" in status
 
 
 async def test_escape_stops_and_keeps_partial_reply(tiny_model, data_dir, slow_chunks):

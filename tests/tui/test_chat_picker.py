@@ -7,8 +7,9 @@ from tui.screens.model_picker_screen import ModelPickerScreen
 
 def test_choices_list_registry_then_local_files(models_dir):
     choices = {c.label: c for c in model_choices()}
-    assert list(choices) == ["gemma3-270m", "remote", "other-tiny.gguf", "some-hf-model"]
-    assert choices["gemma3-270m"].installed and "default" in choices["gemma3-270m"].detail
+    assert list(choices) == ["gemma3-270m", "remote", "smollm2-135m-instruct", "other-tiny.gguf", "some-hf-model"]
+    assert choices["gemma3-270m"].installed and "default" not in choices["gemma3-270m"].detail
+    assert "default" in choices["smollm2-135m-instruct"].detail  # the chat default, installed or not
     assert not choices["remote"].installed and "pocket pull" in choices["remote"].detail
     assert choices["other-tiny.gguf"].reference == str(models_dir / "local" / "other-tiny.gguf")
     assert choices["some-hf-model"].detail.startswith("Hugging Face dir")

@@ -67,6 +67,29 @@ def test_repl_multiline_slash_commands_and_history(tiny_model, data_dir):
     assert "line two" in (data_dir / "chat_history").read_text()
 
 
+def test_default_model_answers_two_turns_in_the_repl_and_one_through_a_pipe(chat_default_model, data_dir):
+    """No -m: the chat default (SmolLM2-135M-Instruct) answers, greedy, without echoing the question."""
+    args = POCKET[1:] + ["chat", "--plain", "--temperature", "0", "-n", "24", "-c", "2048"]
+    child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), env=dict(os.environ, TERM="dumb"),
+                          encoding="utf-8", timeout=120, dimensions=(40, 200))
+    child.expect("Ctrl\\+D quits")
+    child.expect("> ")
+    for question, answer in (("What is the capital of Japan?", "Tokyo"),
+                             ("And what is the capital of France?", "Paris")):
+        child.send(question + "\r")
+        child.expect(answer)
+        child.expect("> ")
+    child.send("/quit\r")
+    child.expect(pexpect.EOF)
+    replies = [t["content"] for t in saved(data_dir)[0]["turns"] if t["role"] == "assistant"]
+    assert len(replies) == 2 and "Tokyo" in replies[0] and "Paris" in replies[1]
+    assert not any("What is the capital" in reply for reply in replies)  # not an echo of the prompt
+    result = subprocess.run(POCKET + ["chat", "--temperature", "0", "-n", "24"], cwd=ROOT, capture_output=True,
+                            input="What is the capital of Japan?", text=True, timeout=180, env=dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    assert "Tokyo" in result.stdout and "What is the capital" not in result.stdout
+
+
 def saved_earlier_chat(tiny_model) -> ChatSession:
     earlier = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
                           store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))

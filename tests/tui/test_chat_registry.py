@@ -44,7 +44,8 @@ def test_list_and_rm(user_registry, tiny_model, capsys):
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["tiny"]["installed"] and rows["tiny"]["default"] and rows["tiny"]["size_bytes"] > 0
     assert rows["remote"] == {"name": "remote", "source": "hf:someone/tiny-GGUF/tiny-q8_0.gguf",
-                              "size_bytes": None, "installed": False, "default": False}
+                              "size_bytes": None, "installed": False, "default": False,
+                              "chat_default": False}
     downloaded = user_registry / "someone/tiny-GGUF/tiny-q8_0.gguf"
     downloaded.parent.mkdir(parents=True)
     downloaded.write_bytes(b"GGUF")
