@@ -10,6 +10,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.errors import UnsupportedQuantType
+from kernels_numba.kv_type import kv_type_of
+from kernels_numba.reference_kv import dequantize_kv_rows, quantize_kv_rows
 from kernels_numba.reference_blocks import BLOCK_DECODERS
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
@@ -179,15 +181,17 @@ def store_kv(k: np.ndarray, v: np.ndarray, k_cache: np.ndarray, v_cache: np.ndar
     for i, slot in enumerate(np.asarray(slot_mapping)):
         if slot < 0:
             continue
-        k_cache[slot // block_size, slot % block_size] = k[i]
-        v_cache[slot // block_size, slot % block_size] = v[i]
+        k_cache[slot // block_size, slot % block_size] = quantize_kv_rows(k[i], kv_type_of(k_cache))
+        v_cache[slot // block_size, slot % block_size] = quantize_kv_rows(v[i], kv_type_of(v_cache))
 
 
 def _gather_sequence_kv(cache: np.ndarray, block_table: np.ndarray, num_tokens: int) -> np.ndarray:
-    """Tokens 0..num_tokens-1 of one sequence from the paged cache: [num_tokens, kv_heads, head_dim]."""
+    """Tokens 0..num_tokens-1 of one sequence from the paged cache (any KV type): float32 [num_tokens, kv_heads,
+    head_dim]."""
     block_size = cache.shape[1]
     positions = np.arange(num_tokens)
-    return cache[block_table[positions // block_size], positions % block_size]
+    return dequantize_kv_rows(np.asarray(cache[block_table[positions // block_size], positions % block_size]),
+                              kv_type_of(cache))
 
 
 def is_visible(query_pos: np.ndarray, key_pos: np.ndarray, sliding_window: int) -> np.ndarray:

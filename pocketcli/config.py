@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernels_numba.kv_type import kv_type_named
+
 SPEC_METHODS = ("ngram", "draft", "dflash", "mtp")  # speculative-decoding drafters
 MAX_SPEC_K = 16
 
@@ -22,6 +24,7 @@ class EngineConfig:
     tp_size: int = 1  # tensor-parallel ranks (one process each; pocketcli/parallel)
     devices: tuple[int, ...] = ()  # CUDA ordinal of each rank (default 0..tp_size-1)
     follow_free_cores: bool = False  # numba's thread count follows the cores other processes leave free (CLI default)
+    kv_type: str = "f16"  # the KV cache's storage type: kernels_numba/kv_type.py (f32, f16, bf16, q8_0, q4_0, fp8)
 
     def __post_init__(self):
         if self.ctx_size < 0:
@@ -34,6 +37,7 @@ class EngineConfig:
             raise ValueError(f"block-size must be >= 1, got {self.block_size}")
         self._check_spec()
         self._check_parallel()
+        kv_type_named(self.kv_type)  # a ValueError naming the choices
 
     def _check_spec(self) -> None:
         if self.spec is None and self.draft_model_path:

@@ -9,7 +9,10 @@ from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 from kernels_numba.cpu.ir.prefetch import CACHE_LINE_BYTES, prefetch_byte
+from kernels_numba.cpu.kv_row import kv_row
+from kernels_numba.cpu.kv_store import cache_row_shape
 from kernels_numba.cpu.prefill_attention import attend_sequence
+from kernels_numba.kv_type import kv_type_of
 
 MIN_BLOCKED_QUERIES = 16  # a sequence with this many queries (a prompt chunk) takes the GEMM-tiled path
 
@@ -37,7 +40,6 @@ def first_visible_key(query_pos, sliding_window):
 # The four row views are written out: an inline helper returning them measured as slow as one key at a time.
 KEYS_AT_ONCE = 4
 PREFETCH_KEYS_AHEAD = 8  # key rows prefetched this many positions ahead of the scores, value rows of the sum
-FLOATS_PER_LINE = CACHE_LINE_BYTES // 4
 
 
 # The query heads of one kv head go together, key-major: the four key (value) rows stay in L1 while every head
@@ -45,14 +47,17 @@ FLOATS_PER_LINE = CACHE_LINE_BYTES // 4
 # 270M: 4 heads a kv head; one thread, 8 tokens x 45 keys 55.7 -> 39.8 us, x 500 keys 765 -> 537 us, 1 token x
 # 2000 keys 568 -> 258 us; the same bits).
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, last_key, scale, softcap, out):
+def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first_key, last_key, scale, softcap,
+                 out):
     """out[h] = softmax(scale * queries[h] . keys) @ values over key positions first_key..last_key of one sequence,
     for query heads queries: [heads, head_dim] that all read kv head kv_head. Each head's arithmetic is the same
-    whatever heads share the call and whatever the batch, so a token's result does not depend on either."""
+    whatever heads share the call and whatever the batch, so a token's result does not depend on either.
+    A cache of another type than f32 (kv_type) is read a row at a time, each decoded into `rows` (kv_row)."""
     block_size = k_cache.shape[1]
     num_heads, head_dim = queries.shape
     num_keys = last_key - first_key + 1
     scores = np.empty((num_heads, num_keys), dtype=np.float32)
+    rows = np.empty((KEYS_AT_ONCE, head_dim), dtype=np.float32)
     k_rows, v_rows, num_kv_heads = _rows(k_cache), _rows(v_cache), k_cache.shape[2]
     _prefetch_rows(k_rows, block_table, block_size, num_kv_heads, kv_head, first_key,
                    min(first_key + PREFETCH_KEYS_AHEAD, last_key + 1))
@@ -61,10 +66,10 @@ def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, las
         p = first_key + i
         _prefetch_rows(k_rows, block_table, block_size, num_kv_heads, kv_head, p + PREFETCH_KEYS_AHEAD,
                        min(p + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE, last_key + 1))
-        k0 = k_cache[block_table[p // block_size], p % block_size, kv_head]
-        k1 = k_cache[block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head]
-        k2 = k_cache[block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head]
-        k3 = k_cache[block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head]
+        k0 = kv_row(k_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
+        k1 = kv_row(k_cache, kv_type, block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head, rows[1])
+        k2 = kv_row(k_cache, kv_type, block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head, rows[2])
+        k3 = kv_row(k_cache, kv_type, block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head, rows[3])
         for h in range(num_heads):
             query = queries[h]
             s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -80,7 +85,7 @@ def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, las
         i += KEYS_AT_ONCE
     while i < num_keys:
         p = first_key + i
-        key = k_cache[block_table[p // block_size], p % block_size, kv_head]
+        key = kv_row(k_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
         for h in range(num_heads):
             query = queries[h]
             score = np.float32(0.0)
@@ -99,10 +104,10 @@ def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, las
         p = first_key + i
         _prefetch_rows(v_rows, block_table, block_size, num_kv_heads, kv_head, p + PREFETCH_KEYS_AHEAD,
                        min(p + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE, last_key + 1))
-        v0 = v_cache[block_table[p // block_size], p % block_size, kv_head]
-        v1 = v_cache[block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head]
-        v2 = v_cache[block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head]
-        v3 = v_cache[block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head]
+        v0 = kv_row(v_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
+        v1 = kv_row(v_cache, kv_type, block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head, rows[1])
+        v2 = kv_row(v_cache, kv_type, block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head, rows[2])
+        v3 = kv_row(v_cache, kv_type, block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head, rows[3])
         for h in range(num_heads):
             head_scores, total, head_acc = scores[h], totals[h], acc[h]
             w0, w1, w2, w3 = (head_scores[i] / total, head_scores[i + 1] / total, head_scores[i + 2] / total,
@@ -112,7 +117,7 @@ def attend_heads(queries, k_cache, v_cache, block_table, kv_head, first_key, las
         i += KEYS_AT_ONCE
     while i < num_keys:
         p = first_key + i
-        value = v_cache[block_table[p // block_size], p % block_size, kv_head]
+        value = kv_row(v_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
         for h in range(num_heads):
             weight, head_acc = scores[h, i] / totals[h], acc[h]
             for d in range(head_dim):
@@ -136,7 +141,7 @@ def _prefetch_rows(rows, block_table, block_size, num_kv_heads, kv_head, first, 
     blocks, out of the hardware prefetcher's view."""
     for p in range(first, stop):
         row = (block_table[p // block_size] * block_size + p % block_size) * num_kv_heads + kv_head
-        for column in range(0, rows.shape[1], FLOATS_PER_LINE):
+        for column in range(0, rows.shape[1], CACHE_LINE_BYTES // rows.itemsize):
             prefetch_byte(rows, row, column)
 
 
@@ -166,7 +171,7 @@ def heads_per_task(num_tokens, num_heads, num_kv_heads, threads):
 
 
 @njit(cache=True, nogil=True)
-def attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
                  sliding_window, softcap, out, per_task, first_task, stop_task):
     """Tasks first_task..stop_task-1, task = (query token, run of per_task heads) flattened as
     token * (heads / per_task) + run; per_task divides the heads of a kv head (heads_per_task)."""
@@ -179,19 +184,19 @@ def attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_lo
         num_queries = query_start_loc[seq + 1] - query_start_loc[seq]
         query_pos = context_lens[seq] - num_queries + (t - query_start_loc[seq])  # queries are the last tokens
         stop_head = first_head + per_task
-        attend_heads(q[t, first_head:stop_head], k_cache, v_cache, block_tables[seq], first_head // group_size,
+        attend_heads(q[t, first_head:stop_head], k_cache, v_cache, kv_type, block_tables[seq], first_head // group_size,
                      first_visible_key(query_pos, sliding_window), query_pos, scale, softcap,
                      out[t, first_head:stop_head])
 
 
 @njit(cache=True, parallel=True)
-def attend_tasks_parallel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                          sliding_window, softcap, out, per_task, chunks):
+def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                          scale, sliding_window, softcap, out, per_task, chunks):
     num_tasks = q.shape[0] * (q.shape[1] // per_task)
     tasks_per_chunk = (num_tasks + chunks - 1) // chunks
     for chunk in prange(chunks):
         first = chunk * tasks_per_chunk
-        attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
                      sliding_window, softcap, out, per_task, first, min(num_tasks, first + tasks_per_chunk))
 
 
@@ -206,7 +211,7 @@ def _attention_work(context_lens, query_start_loc, num_heads: int, head_dim: int
 
 def _check_layout(q, k_cache, v_cache, block_tables, context_lens, query_start_loc) -> None:
     num_tokens, num_heads, head_dim = q.shape
-    if k_cache.shape != v_cache.shape or k_cache.ndim != 4 or k_cache.shape[3] != head_dim:
+    if k_cache.shape != v_cache.shape or k_cache.ndim != 4 or k_cache.shape[3] != cache_row_shape(k_cache, head_dim)[1]:
         raise ValueError(f"paged_attention: caches {k_cache.shape}/{v_cache.shape} do not fit q {q.shape}")
     if num_heads % k_cache.shape[2]:
         raise ValueError(f"paged_attention: {num_heads} heads not a multiple of {k_cache.shape[2]} kv heads")
@@ -235,8 +240,8 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
     if out is None:
         out = np.empty_like(q)
     token_seq = sequence_of_tokens(query_start_loc, q.shape[0])
-    args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, np.float32(scale),
-            int(sliding_window), np.float32(softcap), out)
+    args = (q, k_cache, v_cache, kv_type_of(k_cache), block_tables, context_lens, query_start_loc, token_seq,
+            np.float32(scale), int(sliding_window), np.float32(softcap), out)
     num_queries = np.diff(query_start_loc)
     if num_queries.size and num_queries.max() >= MIN_BLOCKED_QUERIES:
         _attention_by_sequence(args, num_queries)
@@ -252,13 +257,13 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
 
 def _attention_by_sequence(args: tuple, num_queries: np.ndarray) -> None:
     """Prompt chunks through GEMM tiles, the other sequences (decodes, short verifies) through attend_tasks."""
-    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, _, scale, sliding_window, softcap, out = args
+    q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, _, scale, sliding_window, softcap, out = args
     per_task = q.shape[1] // k_cache.shape[2]
     runs_per_token = q.shape[1] // per_task
     for seq, count in enumerate(num_queries):
         first, stop = int(query_start_loc[seq]), int(query_start_loc[seq + 1])
         if count >= MIN_BLOCKED_QUERIES:
-            attend_sequence(q[first:stop], k_cache, v_cache, block_tables[seq], int(context_lens[seq]), float(scale),
-                            sliding_window, float(softcap), out[first:stop])
+            attend_sequence(q[first:stop], k_cache, v_cache, kv_type, block_tables[seq], int(context_lens[seq]),
+                            float(scale), sliding_window, float(softcap), out[first:stop])
         elif count:
             attend_tasks(*args, per_task, first * runs_per_token, stop * runs_per_token)

@@ -35,6 +35,7 @@ from kernels_numba.cpu.matvec.dispatch import (cpu_operands, linear_into, linear
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
+from kernels_numba.kv_type import kv_type_of
 
 Q, K, V, O, GATE, UP, DOWN = range(7)
 ATTN_NORM, Q_NORM, K_NORM, POST_ATTN_NORM, FFN_NORM, POST_FFW_NORM = range(6)
@@ -55,7 +56,7 @@ def _add_into(x, y):
 
 
 @njit(cache=True)
-def _attend(q, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, out):
+def _attend(q, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, out):
     """Attention of q: [n, heads, head_dim], token t the query of sequence t at positions[t], over its sequence's
     cached keys (block_tables[t])."""
     num_tokens = q.shape[0]
@@ -71,12 +72,12 @@ def _attend(q, k_cache, v_cache, block_tables, positions, scale, sliding_window,
     if threads > 1 and keys_seen * q.shape[1] * q.shape[2] * 2 >= PARALLEL_MIN_WORK:
         per_task = heads_per_task(num_tokens, q.shape[1], k_cache.shape[2], threads)
         num_tasks = num_tokens * (q.shape[1] // per_task)
-        attend_tasks_parallel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
-                              sliding_window, softcap, out, per_task,
+        attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                              scale, sliding_window, softcap, out, per_task,
                               max(1, min(num_tasks, CHUNKS_PER_THREAD * threads)))
     else:
         per_task = q.shape[1] // k_cache.shape[2]
-        attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, scale,
+        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
                      sliding_window, softcap, out, per_task, 0, num_tokens * (q.shape[1] // per_task))
 
 
@@ -94,9 +95,11 @@ def _project_heads(y, bias, norm, num_heads, head_dim, eps):
 
 @njit(cache=True)
 def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
-                      activation, k_cache, v_cache, block_tables, positions, slots, scale, sliding_window, softcap):
+                      activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale, sliding_window,
+                      softcap):
     """x: float32 [n, hidden], token t at positions[t] of sequence t (block_tables[t]), updated in place to the
-    layer's output; its k/v go to cache slot slots[t]. activation: activation.SILU or GELU_TANH (gated by up)."""
+    layer's output; its k/v go to cache slot slots[t] (caches of KV type kv_type). activation: activation.SILU or
+    GELU_TANH (gated by up)."""
     num_tokens = x.shape[0]
     h = np.empty_like(x)
     _norm_rows_into(x, norms[ATTN_NORM], eps, h)
@@ -110,9 +113,9 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     cos, sin = rope_tables(positions, inv_freq, 0, num_tokens)  # once for q and k
     rotate_tokens_into(q3, cos, sin, is_neox, q3, 0, num_tokens)
     rotate_tokens_into(k3, cos, sin, is_neox, k3, 0, num_tokens)
-    store_kv_into(k3, v3, k_cache, v_cache, slots)
+    store_kv_into(k3, v3, k_cache, v_cache, slots, kv_type)
     attended = np.empty_like(q3)
-    _attend(q3, k_cache, v_cache, block_tables, positions, scale, sliding_window, softcap, attended)
+    _attend(q3, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, attended)
     o = np.empty_like(x)
     linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
     _norm_rows_into(o, norms[POST_ATTN_NORM], eps, o)
@@ -186,6 +189,6 @@ def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_ca
     """The layer of n decode tokens, in place on x: float32 [n, hidden] (n <= plan.max_tokens), token t the next
     of sequence t: block_tables int32 [n, blocks], positions and cache slots int64 [n]."""
     p = plan
-    decode_layer_into(x, p.mats, p.kernels(x.shape[0]), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
-                      p.head_dim, p.eps, p.activation, k_cache, v_cache, block_tables, positions, slots, p.scale,
-                      p.sliding_window, p.softcap)
+    decode_layer_into(x, p.mats, p.kernels(x.shape[0]), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads,
+                      p.num_kv_heads, p.head_dim, p.eps, p.activation, k_cache, v_cache, kv_type_of(k_cache),
+                      block_tables, positions, slots, p.scale, p.sliding_window, p.softcap)

@@ -17,19 +17,23 @@ from numba import njit, prange
 
 from kernels_numba.cpu.matvec.blas import NO_TRANS, TRANS, find_sgemm, sgemm
 from kernels_numba.cpu.ir.fast_exp import exp_f32
+from kernels_numba.cpu.kv_row import kv_row_into
 from kernels_numba.cpu.parallel_policy import use_threads
+from kernels_numba.reference_kv import dequantize_kv_rows
 
 QUERY_BLOCK_TOKENS = 64  # query tokens per tile: 64 tokens x 4 heads x 512 keys = 512 KB of scores, L2-sized
 KEY_CHUNK_TOKENS = 512  # keys per score tile (rounded to whole cache blocks)
 
 
-def _gather_keys(cache: np.ndarray, block_table: np.ndarray, kv_head: int, first: int, stop: int) -> np.ndarray:
-    """Positions first..stop-1 of one KV head from the paged cache [blocks, block_size, kv_heads, hd]: [n, hd]."""
+def _gather_keys(cache: np.ndarray, kv_type: int, block_table: np.ndarray, kv_head: int, first: int,
+                 stop: int) -> np.ndarray:
+    """Positions first..stop-1 of one KV head from the paged cache [blocks, block_size, kv_heads, row] of type
+    kv_type, as float32 [n, hd]."""
     block_size = cache.shape[1]
     first_block, stop_block = first // block_size, -(-stop // block_size)
-    rows = cache[block_table[first_block:stop_block], :, kv_head].reshape(-1, cache.shape[3])
+    rows = np.asarray(cache[block_table[first_block:stop_block], :, kv_head]).reshape(-1, cache.shape[3])
     offset = first_block * block_size
-    return rows[first - offset:stop - offset]
+    return dequantize_kv_rows(rows[first - offset:stop - offset], kv_type)
 
 
 def _visible(row_pos: np.ndarray, first_key: int, num_keys: int, sliding_window: int) -> np.ndarray:
@@ -47,7 +51,7 @@ def _first_visible(query_pos, sliding_window):
     return 0 if sliding_window <= 0 else max(0, query_pos - sliding_window + 1)
 
 
-def attend_block(queries: np.ndarray, row_pos: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+def attend_block(queries: np.ndarray, row_pos: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, kv_type: int,
                  block_table: np.ndarray, kv_head: int, scale: float, sliding_window: int,
                  softcap: float) -> np.ndarray:
     """softmax(scale * queries @ keys.T) @ values for rows queries: [rows, hd] at positions row_pos: [rows]."""
@@ -60,7 +64,7 @@ def attend_block(queries: np.ndarray, row_pos: np.ndarray, k_cache: np.ndarray, 
     scaled = queries * np.float32(scale)
     for first in range(low - low % block_size, high, chunk):
         first, stop = max(first, low), min(first + chunk, high)
-        scores = scaled @ _gather_keys(k_cache, block_table, kv_head, first, stop).T  # [rows, keys]
+        scores = scaled @ _gather_keys(k_cache, kv_type, block_table, kv_head, first, stop).T  # [rows, keys]
         if softcap > 0:
             scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
         # every key is visible to every row only when the chunk ends before the first row and starts in its window
@@ -72,13 +76,14 @@ def attend_block(queries: np.ndarray, row_pos: np.ndarray, k_cache: np.ndarray, 
         correction = np.exp(running_max - shift)
         running_sum = running_sum * correction + weights.sum(axis=1)
         acc *= correction[:, None]
-        acc += weights @ _gather_keys(v_cache, block_table, kv_head, first, stop)
+        acc += weights @ _gather_keys(v_cache, kv_type, block_table, kv_head, first, stop)
         running_max = new_max
     return acc / running_sum[:, None]
 
 
-def attend_sequence_numpy(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_table: np.ndarray,
-                          context_len: int, scale: float, sliding_window: int, softcap: float, out: np.ndarray) -> None:
+def attend_sequence_numpy(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, kv_type: int,
+                          block_table: np.ndarray, context_len: int, scale: float, sliding_window: int, softcap: float,
+                          out: np.ndarray) -> None:
     """attend_sequence on the calling thread with numpy's matmul (when no sgemm is usable from numba threads)."""
     num_queries, num_heads, head_dim = q.shape
     group_size = num_heads // k_cache.shape[2]
@@ -89,7 +94,7 @@ def attend_sequence_numpy(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarra
             stop = min(start + QUERY_BLOCK_TOKENS, num_queries)
             queries = q[start:stop, heads].reshape(-1, head_dim)  # rows: token-major, then the group's heads
             row_pos = np.repeat(np.arange(first_pos + start, first_pos + stop), group_size)
-            result = attend_block(queries, row_pos, k_cache, v_cache, block_table, kv_head, scale,
+            result = attend_block(queries, row_pos, k_cache, v_cache, kv_type, block_table, kv_head, scale,
                                   sliding_window, softcap)
             out[start:stop, heads] = result.reshape(stop - start, group_size, head_dim)
 
@@ -130,15 +135,15 @@ def _softmax_chunk_rows(scores, num_rows, num_keys, first_key, first_pos, group_
 
 
 @njit(cache=True, nogil=True)
-def _gather_chunk(cache, block_table, kv_head, first, stop, rows):
+def _gather_chunk(cache, kv_type, block_table, kv_head, first, stop, rows):
     block_size = cache.shape[1]
     for j in range(stop - first):
         pos = first + j
-        rows[j] = cache[block_table[pos // block_size], pos % block_size, kv_head]
+        kv_row_into(cache, kv_type, block_table[pos // block_size], pos % block_size, kv_head, rows[j])
 
 
 @njit(cache=True, nogil=True)
-def attend_block_into(q, k_cache, v_cache, block_table, kv_head, first_token, stop_token, first_pos, scale,
+def attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first_token, stop_token, first_pos, scale,
                       sliding_window, softcap, out, queries, keys, values, scores, acc, running_max, running_sum,
                       sgemm_address, ilp64):
     """attend_block for tokens first_token..stop_token-1 and the heads of kv_head, in preallocated buffers."""
@@ -156,8 +161,8 @@ def attend_block_into(q, k_cache, v_cache, block_table, kv_head, first_token, st
     low, high = _first_visible(first_pos + first_token, sliding_window), first_pos + stop_token
     for chunk_start in range(low - low % block_size, high, chunk):
         first, stop = max(chunk_start, low), min(chunk_start + chunk, high)
-        _gather_chunk(k_cache, block_table, kv_head, first, stop, keys)
-        _gather_chunk(v_cache, block_table, kv_head, first, stop, values)
+        _gather_chunk(k_cache, kv_type, block_table, kv_head, first, stop, keys)
+        _gather_chunk(v_cache, kv_type, block_table, kv_head, first, stop, values)
         sgemm(sgemm_address, ilp64, TRANS, num_rows, stop - first, head_dim, queries.ctypes.data, head_dim,
               keys.ctypes.data, head_dim, np.float32(0.0), scores.ctypes.data, chunk)
         _softmax_chunk_rows(scores, num_rows, stop - first, first, first_pos + first_token, group_size,
@@ -173,8 +178,8 @@ def attend_block_into(q, k_cache, v_cache, block_table, kv_head, first_token, st
 
 
 @njit(cache=True, parallel=True)
-def attend_sequence_parallel(q, k_cache, v_cache, block_table, context_len, scale, sliding_window, softcap, out,
-                             block_tokens, chunk_keys, sgemm_address, ilp64, num_workers):
+def attend_sequence_parallel(q, k_cache, v_cache, kv_type, block_table, context_len, scale, sliding_window, softcap,
+                             out, block_tokens, chunk_keys, sgemm_address, ilp64, num_workers):
     """attend_sequence with its (kv head, query block) tiles dealt to `num_workers` threads."""
     num_queries, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -194,22 +199,26 @@ def attend_sequence_parallel(q, k_cache, v_cache, block_table, context_len, scal
                 continue
             block, kv_head = task // num_kv_heads, task % num_kv_heads
             first = block * block_tokens
-            attend_block_into(q, k_cache, v_cache, block_table, kv_head, first, min(num_queries, first + block_tokens),
+            attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first,
+                              min(num_queries, first + block_tokens),
                               context_len - num_queries, scale, sliding_window, softcap, out, queries, keys, values,
                               scores, acc, running_max, running_sum, sgemm_address, ilp64)
 
 
-def attend_sequence(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_table: np.ndarray,
+def attend_sequence(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, kv_type: int, block_table: np.ndarray,
                     context_len: int, scale: float, sliding_window: int, softcap: float, out: np.ndarray) -> None:
-    """out = attention of q: [nq, heads, hd], the last nq of context_len cached tokens of one sequence."""
+    """out = attention of q: [nq, heads, hd], the last nq of context_len cached tokens of one sequence; caches of
+    KV type kv_type, each chunk of keys and values decoded into the tiles' float32 buffers."""
     sgemm_found = find_sgemm()
-    if sgemm_found is None or k_cache.dtype != np.float32:
-        attend_sequence_numpy(q, k_cache, v_cache, block_table, context_len, scale, sliding_window, softcap, out)
+    if sgemm_found is None:
+        attend_sequence_numpy(q, k_cache, v_cache, kv_type, block_table, context_len, scale, sliding_window, softcap,
+                              out)
         return
     block_size = k_cache.shape[1]
     chunk_keys = max(block_size, KEY_CHUNK_TOKENS // block_size * block_size)
     work = q.shape[0] * q.shape[1] * q.shape[2] * min(context_len, sliding_window or context_len)
     workers = numba.get_num_threads() if use_threads(work) else 1
-    attend_sequence_parallel(q, k_cache, v_cache, block_table, context_len, np.float32(scale), int(sliding_window),
+    attend_sequence_parallel(q, k_cache, v_cache, kv_type, block_table, context_len, np.float32(scale),
+                             int(sliding_window),
                              np.float32(softcap), out, QUERY_BLOCK_TOKENS, chunk_keys, sgemm_found.address,
                              sgemm_found.ilp64, workers)

@@ -38,6 +38,7 @@ class EngineOptions:
     ctx_size: int = 4096
     batch_size: int = 512
     backend: str = "cpu"
+    kv_type: str = "f16"
     spec: tuple = ()  # speculative-decoding EngineConfig keywords as (name, value) pairs (commands.common)
     parallel: tuple = ()  # tensor-parallel EngineConfig keywords (tp_size, devices) as (name, value) pairs
 
@@ -64,6 +65,7 @@ def make_engine(model_path: str, options: EngineOptions):
 
     return LLMEngine(EngineConfig(model_path=model_path, ctx_size=options.ctx_size,
                                   max_num_batched_tokens=options.batch_size, backend=options.backend,
+                                  kv_type=options.kv_type,
                                   **dict(options.spec), **dict(options.parallel)))
 
 

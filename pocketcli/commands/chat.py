@@ -33,6 +33,7 @@ def make_session(args: argparse.Namespace):
                             min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed)
     backend = kernel_backend(args)
     options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=backend,
+                            kv_type=args.kv_type,
                             spec=tuple(spec_config(args).items()),
                             parallel=tuple(parallel_config(args, backend).items()))
     return ChatSession(model=args.model, settings=settings, engine_options=options, autosave=not args.no_save)

@@ -22,6 +22,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CPU threads (default: the cores other processes leave free, re-checked as it runs)")
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
+    parser.add_argument("--kv-type", default="f16", metavar="TYPE",
+                        help="KV cache type: f16 (default), bf16, q8_0, fp8, q4_0 or f32")
     add_device_argument(parser)
     add_parallel_arguments(parser)
     add_spec_arguments(parser)
@@ -96,7 +98,8 @@ def make_engine(args: argparse.Namespace):
     backend = kernel_backend(args)
     config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
                           max_num_batched_tokens=args.batch_size, backend=backend,
-                          enable_prefix_caching=getattr(args, "prefix_caching", True), **spec_config(args),
+                          enable_prefix_caching=getattr(args, "prefix_caching", True), kv_type=args.kv_type,
+                          **spec_config(args),
                           **parallel_config(args, backend))
     return LLMEngine(config)
 

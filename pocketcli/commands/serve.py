@@ -51,7 +51,7 @@ def make_engine_config(args: argparse.Namespace) -> EngineConfig:
     backend = kernel_backend(args)
     return EngineConfig(model_path=resolve_model(args.model, for_chat=True), ctx_size=args.ctx_size,
                         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
-                        backend=backend, enable_prefix_caching=not args.no_prefix_caching,
+                        backend=backend, enable_prefix_caching=not args.no_prefix_caching, kv_type=args.kv_type,
                         **spec_config(args), **parallel_config(args, backend))
 
 

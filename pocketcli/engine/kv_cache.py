@@ -1,4 +1,5 @@
-"""The paged key/value cache: one pair of [num_blocks, block_size, num_kv_heads, head_dim] arrays per layer."""
+"""The paged key/value cache: one pair of [num_blocks, block_size, num_kv_heads, row] arrays per layer, row = head_dim
+float32 values for --kv-type f32, else the bytes of one head's row of its type (kernels_numba/kv_type.py)."""
 from __future__ import annotations
 
 import mmap
@@ -7,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from kernels_numba.kv_type import check_row_width, kv_type_named, make_kv_layer
+
 
 @dataclass
 class KVCache:
@@ -14,6 +17,7 @@ class KVCache:
     values: list[np.ndarray]
     block_size: int
     recurrent: Any = None  # RecurrentStatePool of a hybrid model (per-sequence Gated DeltaNet states), else None
+    kv_type: str = "f32"
 
     @property
     def num_blocks(self) -> int:
@@ -34,11 +38,14 @@ def lazy_zeros(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
 
 
 def make_kv_cache(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                  head_dim: int, dtype=np.float32, zeros=lazy_zeros, value_dim: int | None = None) -> KVCache:
+                  head_dim: int, zeros=lazy_zeros, value_dim: int | None = None,
+                  kv_type: str = "f32") -> KVCache:
     """`zeros` allocates each layer: lazy_zeros, or a backend's device allocator (kernels_numba.cuda.zeros);
     value_dim: the values' width when it is not head_dim (0: a model that reads its values from the keys)."""
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    value_shape = shape[:3] + (head_dim if value_dim is None else value_dim,)
-    keys = [zeros(shape, dtype=dtype) for _ in range(num_layers)]
-    values = [zeros(value_shape, dtype=dtype) for _ in range(num_layers)]
-    return KVCache(keys, values, block_size)
+    kind = kv_type_named(kv_type)
+    value_dim = head_dim if value_dim is None else value_dim
+    for width in (head_dim, value_dim):
+        check_row_width(kind, width)
+    keys = [make_kv_layer(num_blocks, block_size, num_kv_heads, head_dim, kind, zeros) for _ in range(num_layers)]
+    values = [make_kv_layer(num_blocks, block_size, num_kv_heads, value_dim, kind, zeros) for _ in range(num_layers)]
+    return KVCache(keys, values, block_size, kv_type=kind.name)

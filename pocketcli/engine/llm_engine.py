@@ -8,6 +8,7 @@ from gguf_loader import GGUFFile, UnsupportedModelError
 from gguf_loader.hparams import ModelHParams, read_hparams
 from kernels_numba import get_ops
 from kernels_numba.cpu.free_cores import FreeCoreThreads
+from kernels_numba.kv_type import kv_type_named
 
 from ..config import EngineConfig
 from ..models import make_model, model_class_for
@@ -16,6 +17,7 @@ from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
 from .device_sampler import make_device_sampler
 from .kv_cache import make_kv_cache
+from .kv_memory import available_ram_bytes, check_kv_cache_fits, kv_bytes_per_token
 from .model_runner import ModelRunner
 from .recurrent_state import RecurrentBlockManager, make_recurrent_state
 from .outputs import StepOutput, TokenLogprob
@@ -58,8 +60,10 @@ class LLMEngine:
         num_blocks = blocks_per_seq * config.max_num_seqs
         hp = self.model.hparams  # under tensor parallelism, this rank's KV heads
         kv_heads, key_dim, value_dim = self.model.kv_cache_layout()
+        self._check_kv_cache_fits(num_blocks * config.block_size, kv_bytes_per_token(
+            hp.num_layers, kv_heads, key_dim, value_dim, kv_type_named(config.kv_type)), ops)
         self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, kv_heads, key_dim,
-                                      value_dim=value_dim)
+                                      value_dim=value_dim, kv_type=config.kv_type)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.kv_cache.recurrent = make_recurrent_state(self.model, config.max_num_seqs + 1)  # +1: score()
         if self.kv_cache.recurrent is not None:  # hybrid model: a state slot per sequence, no prefix cache
@@ -73,6 +77,12 @@ class LLMEngine:
         self.device_sampler = None if self.rank_group else make_device_sampler(self.model, self.sampler)
         self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
         self.speculative = self._make_speculative_decoder()
+
+    def _check_kv_cache_fits(self, num_tokens: int, bytes_per_token: int, ops) -> None:
+        """Refuse, before allocating, a host KV cache the free RAM cannot hold (it is mapped lazily, so an
+        oversized one would fail much later, mid-generation)."""
+        if not getattr(ops, "ON_DEVICE", False):
+            check_kv_cache_fits(num_tokens, bytes_per_token, self.config.kv_type, available_ram_bytes())
 
     def _start_rank_group(self, ops):
         if self.config.tp_size == 1:

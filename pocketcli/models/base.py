@@ -14,6 +14,7 @@ import numpy as np
 from gguf_loader import GGUFFile, ModelFileError, WeightTensor, make_weight_tensor
 from gguf_loader.hparams import ModelHParams
 from gguf_loader.private_bytes import private_bytes
+from kernels_numba.kv_type import kv_type_of, tag_kv_type
 
 from .attn_metadata import AttnMetadata
 from .decode_split import DecodeSplit, split_decodes
@@ -340,5 +341,5 @@ class DecoderModel:
         twins = self.__dict__.setdefault("_device_cache_twins", {})  # id(host layer) -> (host layer, device twin)
         for layer in caches:
             if id(layer) not in twins or twins[id(layer)][0] is not layer:
-                twins[id(layer)] = (layer, self.ops.zeros(layer.shape))
+                twins[id(layer)] = (layer, tag_kv_type(self.ops.zeros(layer.shape, layer.dtype), kv_type_of(layer)))
         return [twins[id(layer)][1] for layer in caches]

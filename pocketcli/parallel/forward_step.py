@@ -15,6 +15,7 @@ class KVCacheShape:
     """Sent once, when rank 0 has sized its cache: every rank allocates the same blocks for its own KV heads."""
     num_blocks: int
     block_size: int
+    kv_type: str = "f32"
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class RankGroup:
         return self.plan.tp_size
 
     def make_runner(self, kv_cache) -> TensorParallelRunner:
-        self.send(KVCacheShape(kv_cache.num_blocks, kv_cache.block_size))
+        self.send(KVCacheShape(kv_cache.num_blocks, kv_cache.block_size, kv_cache.kv_type))
         return TensorParallelRunner(self.model, kv_cache, self)
 
     def send(self, message: Any) -> None:

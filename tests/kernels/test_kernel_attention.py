@@ -2,13 +2,16 @@ import numpy as np
 import pytest
 
 from kernels_numba import get_ops
+from kernels_numba.kv_type import KV_TYPES, make_kv_layer
 
 cpu, reference = get_ops("cpu"), get_ops("reference")
 BACKENDS = ("reference", "cpu")
 
 
-def make_paged_batch(rng, context_lens, query_lens, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4):
-    """Random keys/values for whole sequences stored through store_kv into shuffled blocks, plus queries."""
+def make_paged_batch(rng, context_lens, query_lens, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
+                     kv_type="f32"):
+    """Random keys/values for whole sequences stored through store_kv into shuffled blocks (caches of KV type
+    kv_type), plus queries."""
     blocks_per_seq = [-(-n // block_size) for n in context_lens]
     block_ids = rng.permutation(sum(blocks_per_seq) + 3)  # spare blocks stay unused
     block_tables = np.full((len(context_lens), max(blocks_per_seq)), -1, np.int32)
@@ -16,8 +19,8 @@ def make_paged_batch(rng, context_lens, query_lens, num_heads=4, num_kv_heads=2,
     for s, count in enumerate(blocks_per_seq):
         block_tables[s, :count] = block_ids[start:start + count]
         start += count
-    cache_shape = (len(block_ids), block_size, num_kv_heads, head_dim)
-    k_cache, v_cache = np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32)
+    k_cache, v_cache = (make_kv_layer(len(block_ids), block_size, num_kv_heads, head_dim, KV_TYPES[kv_type])
+                        for _ in range(2))
     for s, num_tokens in enumerate(context_lens):
         positions = np.arange(num_tokens)
         slots = block_tables[s, positions // block_size].astype(np.int64) * block_size + positions % block_size
@@ -129,8 +132,8 @@ def test_a_heads_result_is_the_same_bits_however_heads_are_grouped_into_tasks(so
     outs = []
     for per_task in (4, 2, 1):
         out = np.empty_like(q)
-        attend_tasks(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, token_seq, np.float32(0.125),
-                     0, np.float32(softcap), out, per_task, 0, q.shape[0] * (8 // per_task))
+        attend_tasks(q, k_cache, v_cache, 0, block_tables, context_lens, query_start_loc, token_seq,
+                     np.float32(0.125), 0, np.float32(softcap), out, per_task, 0, q.shape[0] * (8 // per_task))
         outs.append(out)
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     expected = reference.paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, 0.125,

@@ -36,7 +36,9 @@ HF_LOGIT_MEAN_ATOL = 0.3 if USE_INT8_DOT else 2e-3
 
 @pytest.fixture(scope="module")
 def engine():
-    return LLMEngine(EngineConfig(resolve_model(None), ctx_size=1024, backend="cpu"))
+    """A float32 KV cache: transformers is exact float32 math (tests/models/test_kv_types_model.py holds the default
+    f16 cache to these tokens)."""
+    return LLMEngine(EngineConfig(resolve_model(None), ctx_size=1024, backend="cpu", kv_type="f32"))
 
 
 def first_near_tie(record) -> int:

@@ -36,6 +36,7 @@ class MTPDrafter(Drafter):
         self.mtp = self.model.mtp_layers[0]  # one module, reused for every draft step
         self.max_model_len = engine.max_model_len
         self.block_size = block_size
+        self.kv_type = engine.kv_cache.kv_type  # the MTP block's cache: the target's KV type
         self.tap_layer_ids = frozenset({self.model.num_main_layers - 1})
         self.contexts: dict[int, MTPContext] = {}
         self.on_device = getattr(self.model.ops, "ON_DEVICE", False)  # cuda: cache, hidden, logits stay there
@@ -46,7 +47,8 @@ class MTPDrafter(Drafter):
             ops = self.model.ops
             kv_heads, key_dim, value_dim = self.model.kv_cache_layout()  # the target's layout (MLA: a latent)
             cache = make_kv_cache(1, -(-self.max_model_len // self.block_size), self.block_size, kv_heads, key_dim,
-                                  zeros=ops.zeros if self.on_device else np.zeros, value_dim=value_dim)
+                                  zeros=ops.zeros if self.on_device else np.zeros, value_dim=value_dim,
+                                  kv_type=self.kv_type)
             self.contexts[seq.seq_id] = MTPContext(cache.keys[0], cache.values[0],
                                                    np.zeros((0, self.model.hparams.hidden_size), np.float32))
         return self.contexts[seq.seq_id]

@@ -1,0 +1,223 @@
+"""One head's row of the KV cache (kv_type.py): written from float32, read back as float32, for every KV type.
+
+Encoding does reference_kv's float32 operations in its order (no fastmath), so the bytes equal the oracle's.
+`store_kv_row` / `kv_row` are the cache's accessors for the kernels: chosen by the cache's dtype when a kernel
+compiles, so a float32 cache is read in place exactly as before and a byte cache (any other type) costs one
+branch on the type code per row; attention decodes rows one at a time, never the whole context.
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
+
+from kernels_numba.cpu.ir.half import bits_to_float32, half_bits_to_float32, read_half
+from kernels_numba.cpu.matvec.block_decode import decode_bf16, decode_f16, decode_q4_0, decode_q8_0
+from kernels_numba.kv_type import BF16, F16, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK
+
+E4M3_MAX = np.float32(448.0)
+E4M3_MIN_NORMAL = 2.0 ** -6
+_HALF = np.float32(0.5)
+
+
+@intrinsic
+def float32_to_half_bits(typingctx, value):
+    """The IEEE fp16 bits (uint16) nearest a float32 (round to nearest even, as numpy's astype(float16))."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(value), codegen
+
+
+@intrinsic
+def float32_bits(typingctx, value):
+    """The IEEE bit pattern of a float32, as uint32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(value), codegen
+
+
+@njit(cache=True, inline="always")
+def _write_half(row, offset, value):
+    bits = float32_to_half_bits(value)
+    row[offset], row[offset + 1] = np.uint8(bits & 0xFF), np.uint8(bits >> 8)
+
+
+@njit(cache=True, inline="always")
+def _round_away(v):
+    return np.float32(math.copysign(math.floor(abs(v) + _HALF), v))
+
+
+@njit(cache=True, inline="always")
+def _inverse(d):
+    return np.float32(1.0) / d if d != 0 else np.float32(0.0)
+
+
+@njit(cache=True)
+def _encode_q8_0(values, row):
+    for blk in range(values.size // VALUES_PER_BLOCK):
+        first, base = VALUES_PER_BLOCK * blk, 34 * blk
+        amax = np.float32(0.0)
+        for j in range(VALUES_PER_BLOCK):
+            amax = max(amax, abs(values[first + j]))
+        d = amax / np.float32(127.0)
+        inverse = _inverse(d)
+        _write_half(row, base, d)
+        for j in range(VALUES_PER_BLOCK):
+            row[base + 2 + j] = np.uint8(np.int32(_round_away(values[first + j] * inverse)) & 0xFF)
+
+
+@njit(cache=True)
+def _encode_q4_0(values, row):
+    for blk in range(values.size // VALUES_PER_BLOCK):
+        first, base = VALUES_PER_BLOCK * blk, 18 * blk
+        amax, peak = np.float32(0.0), values[first]  # the first value of largest magnitude, as llama.cpp
+        for j in range(VALUES_PER_BLOCK):
+            if abs(values[first + j]) > amax:
+                amax, peak = abs(values[first + j]), values[first + j]
+        d = peak / np.float32(-8.0)
+        inverse = _inverse(d)
+        _write_half(row, base, d)
+        for j in range(VALUES_PER_BLOCK // 2):
+            low = min(15, np.int32(math.floor(values[first + j] * inverse + np.float32(8.5))))
+            high = min(15, np.int32(math.floor(values[first + 16 + j] * inverse + np.float32(8.5))))
+            row[base + 2 + j] = np.uint8(low | (high << 4))
+
+
+@njit(cache=True, inline="always")
+def e4m3_code(v):
+    """float32 -> E4M3 byte, rounded half away from zero, saturating at 448 (reference_kv.e4m3_codes)."""
+    a = min(float(abs(v)), 448.0)
+    if a < E4M3_MIN_NORMAL:
+        code = np.int32(math.floor(a * 512.0 + 0.5))
+    else:
+        mantissa, exponent = math.frexp(a)
+        steps = np.int32(math.floor(mantissa * 16.0 + 0.5)) - 8
+        code = min((exponent + 6) * 8 + steps, 0x7E)  # steps == 8 carries into the exponent by itself
+    return np.uint8(code | (0x80 if v < 0 or (v == 0 and math.copysign(1.0, v) < 0) else 0))
+
+
+@njit(cache=True)
+def _encode_fp8(values, row):
+    for blk in range(values.size // VALUES_PER_BLOCK):
+        first, base = VALUES_PER_BLOCK * blk, 34 * blk
+        amax = np.float32(0.0)
+        for j in range(VALUES_PER_BLOCK):
+            amax = max(amax, abs(values[first + j]))
+        bits = float32_to_half_bits(amax / E4M3_MAX)
+        d = half_bits_to_float32(bits)
+        row[base], row[base + 1] = np.uint8(bits & 0xFF), np.uint8(bits >> 8)
+        inverse = _inverse(d)
+        for j in range(VALUES_PER_BLOCK):
+            row[base + 2 + j] = e4m3_code(values[first + j] * inverse)
+
+
+@njit(cache=True)
+def _encode_halves(values, kv_type, row):
+    for j in range(values.size):
+        if kv_type == F16:
+            bits = np.uint32(float32_to_half_bits(values[j]))
+        else:  # bf16: round to nearest even; NaN stays a quiet NaN
+            x = float32_bits(values[j])
+            bits = np.uint32(0x7FC0) if values[j] != values[j] else (x + np.uint32(0x7FFF) + ((x >> 16) & 1)) >> 16
+        row[2 * j], row[2 * j + 1] = np.uint8(bits & 0xFF), np.uint8((bits >> 8) & 0xFF)
+
+
+@njit(cache=True)
+def encode_kv_row(values, kv_type, row):
+    """values: float32 [width] -> row: uint8 [row_bytes] of KV type kv_type (not F32)."""
+    if kv_type == Q8_0:
+        _encode_q8_0(values, row)
+    elif kv_type == Q4_0:
+        _encode_q4_0(values, row)
+    elif kv_type == FP8:
+        _encode_fp8(values, row)
+    else:
+        _encode_halves(values, kv_type, row)
+
+
+@njit(cache=True)
+def decode_fp8(row, out):
+    for blk in range(out.size // VALUES_PER_BLOCK):
+        first, base = VALUES_PER_BLOCK * blk, 34 * blk
+        d = read_half(row, base) * np.float32(256.0)  # the fp16 bits below are the E4M3 value / 256
+        for j in range(VALUES_PER_BLOCK):
+            code = np.int32(np.int8(row[base + 2 + j]))
+            out[first + j] = half_bits_to_float32((code << 7) & 0xBF80) * d
+
+
+@njit(cache=True)
+def decode_kv_row(row, kv_type, out):
+    """row: uint8 [row_bytes] of KV type kv_type (not F32) -> out: float32 [width]."""
+    if kv_type == F16:
+        decode_f16(row, out)
+    elif kv_type == BF16:
+        decode_bf16(row, out)
+    elif kv_type == Q8_0:
+        decode_q8_0(row, out)
+    elif kv_type == Q4_0:
+        decode_q4_0(row, out)
+    else:
+        decode_fp8(row, out)
+
+
+
+@njit(cache=True, inline="always")
+def _copy(source, target):
+    for d in range(target.size):  # element loop: see kv_store.store_kv_into
+        target[d] = source[d]
+
+
+def kv_row(cache, kv_type, block, offset, head, scratch):
+    """cache[block, offset, head] as float32 [width]: the row itself in a float32 cache, else decoded into
+    scratch (float32 [width]) and scratch returned."""
+
+
+@overload(kv_row, inline="always")
+def _kv_row(cache, kv_type, block, offset, head, scratch):
+    if cache.dtype == types.float32:
+        return lambda cache, kv_type, block, offset, head, scratch: cache[block, offset, head]
+
+    def decoded(cache, kv_type, block, offset, head, scratch):
+        decode_kv_row(cache[block, offset, head], kv_type, scratch)
+        return scratch
+
+    return decoded
+
+
+def store_kv_row(cache, kv_type, block, offset, head, values):
+    """cache[block, offset, head] = values (float32 [width]), encoded to the cache's type."""
+
+
+@overload(store_kv_row, inline="always")
+def _store_kv_row(cache, kv_type, block, offset, head, values):
+    if cache.dtype == types.float32:
+        return lambda cache, kv_type, block, offset, head, values: _copy(values, cache[block, offset, head])
+
+    def encoded(cache, kv_type, block, offset, head, values):
+        encode_kv_row(values, kv_type, cache[block, offset, head])
+
+    return encoded
+
+
+def kv_row_into(cache, kv_type, block, offset, head, out):
+    """out[:] = cache[block, offset, head] as float32, whatever the cache's type."""
+
+
+@overload(kv_row_into, inline="always")
+def _kv_row_into(cache, kv_type, block, offset, head, out):
+    if cache.dtype == types.float32:
+        return lambda cache, kv_type, block, offset, head, out: _copy(cache[block, offset, head], out)
+
+    def decoded(cache, kv_type, block, offset, head, out):
+        decode_kv_row(cache[block, offset, head], kv_type, out)
+
+    return decoded

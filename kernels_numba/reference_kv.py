@@ -1,0 +1,103 @@
+"""numpy oracle of the KV cache's types (kv_type.py): float32 rows <-> the bytes a cache row holds.
+
+The CPU (numba) and CUDA quantizers do the same float32 operations in the same order, so their bytes equal these;
+the rounding is half away from zero (floor(|v| + 0.5)) everywhere, like llama.cpp's roundf.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from gguf_loader.fp8_layout import E4M3_TABLE
+from kernels_numba.kv_type import BF16, F16, F32, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK, kv_type_of_code
+
+E4M3_MAX = 448.0
+E4M3_MIN_NORMAL = 2.0 ** -6
+_GGML_TYPES = {F16: QT.F16, BF16: QT.BF16, Q8_0: QT.Q8_0, Q4_0: QT.Q4_0}
+
+
+def _round_away(v: np.ndarray) -> np.ndarray:
+    """float32 round half away from zero."""
+    return np.copysign(np.floor(np.abs(v) + np.float32(0.5)), v)
+
+
+def _half_bits(d: np.ndarray) -> np.ndarray:
+    """float32 [..., 1] -> its fp16 bytes [..., 2]."""
+    return d.astype(np.float16).view(np.uint8)
+
+
+def _inverse(d: np.ndarray) -> np.ndarray:
+    safe = np.where(d == 0, np.float32(1.0), d)
+    return np.where(d == 0, np.float32(0.0), np.float32(1.0) / safe).astype(np.float32)
+
+
+def _quantize_q8_0(blocks: np.ndarray) -> np.ndarray:
+    d = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127.0)).astype(np.float32)
+    q = _round_away(blocks * _inverse(d)).astype(np.int8)
+    return np.concatenate([_half_bits(d), q.view(np.uint8)], axis=-1)
+
+
+def _quantize_q4_0(blocks: np.ndarray) -> np.ndarray:
+    """llama.cpp's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8, q = min(15, (x / d) + 8.5)."""
+    at = np.abs(blocks).argmax(axis=-1)[..., None]
+    d = (np.take_along_axis(blocks, at, axis=-1) / np.float32(-8.0)).astype(np.float32)
+    q = np.minimum(np.floor(blocks * _inverse(d) + np.float32(8.5)), 15).astype(np.uint8)
+    half = VALUES_PER_BLOCK // 2
+    return np.concatenate([_half_bits(d), q[..., :half] | (q[..., half:] << 4)], axis=-1)
+
+
+def e4m3_codes(v: np.ndarray) -> np.ndarray:
+    """float32 values (|v| <= 448) -> E4M3 bytes, rounded half away from zero; saturates at 448 (code 0x7e)."""
+    a = np.minimum(np.abs(v).astype(np.float64), E4M3_MAX)
+    mantissa, exponent = np.frexp(a)  # a = mantissa * 2**exponent, mantissa in [0.5, 1)
+    steps = np.floor(mantissa * 16 + 0.5) - 8  # 3 mantissa bits; 8 carries into the exponent
+    code = (exponent - 1 + 7 + (steps == 8)) * 8 + np.where(steps == 8, 0, steps)
+    code = np.where(a < E4M3_MIN_NORMAL, np.floor(a * 512 + 0.5), code)  # subnormals: steps of 2^-9
+    code = np.minimum(code, 0x7E).astype(np.uint8)
+    return code | (np.signbit(v).astype(np.uint8) << 7)
+
+
+def _quantize_fp8(blocks: np.ndarray) -> np.ndarray:
+    d = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(E4M3_MAX)).astype(np.float16).astype(np.float32)
+    return np.concatenate([_half_bits(d), e4m3_codes(blocks * _inverse(d))], axis=-1)
+
+
+_BLOCK_QUANTIZERS = {Q8_0: _quantize_q8_0, Q4_0: _quantize_q4_0, FP8: _quantize_fp8}
+
+
+def _bf16_bits(rows: np.ndarray) -> np.ndarray:
+    bits = rows.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(rows), np.uint16(0x7FC0), rounded)
+
+
+def quantize_kv_rows(rows: np.ndarray, code: int) -> np.ndarray:
+    """float32 [..., width] -> the cache bytes [..., row_bytes] of type `code` (float32 itself for f32)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    if code == F32:
+        return rows.copy()
+    if code == F16:
+        return rows.astype(np.float16).view(np.uint8)
+    if code == BF16:
+        return _bf16_bits(rows).view(np.uint8)
+    blocks = rows.reshape(rows.shape[:-1] + (-1, VALUES_PER_BLOCK))
+    encoded = _BLOCK_QUANTIZERS[code](blocks)
+    return encoded.reshape(rows.shape[:-1] + (kv_type_of_code(code).row_length(rows.shape[-1]),))
+
+
+def dequantize_kv_rows(data: np.ndarray, code: int) -> np.ndarray:
+    """The cache bytes [..., row_bytes] of type `code` -> float32 [..., width]."""
+    if code == F32:
+        return np.asarray(data, dtype=np.float32)
+    kv_type = kv_type_of_code(code)
+    width = data.shape[-1] * VALUES_PER_BLOCK // kv_type.block_bytes
+    flat = np.ascontiguousarray(data).reshape(-1, data.shape[-1])
+    if code == FP8:
+        blocks = flat.reshape(-1, kv_type.block_bytes)
+        d = np.ascontiguousarray(blocks[:, :2]).view(np.float16).astype(np.float32)
+        values = E4M3_TABLE[blocks[:, 2:]] * d
+    else:
+        from kernels_numba.reference import _decode_rows  # (reference imports this module)
+
+        values = _decode_rows(_GGML_TYPES[code], flat, width)
+    return values.reshape(data.shape[:-1] + (width,)).astype(np.float32)
