@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from .model_runner import check_logits
 from .sampler import Sampler, candidate_probs
 
 
@@ -38,6 +39,7 @@ class DeviceSampler:
         num_fetched = min(vocab_size, 1 + max(0 if item.seq.params.is_greedy else item.seq.params.top_k
                                               for item in items))
         values, ids = (self.ops.to_host(a) for a in self.ops.top_k_on_device(logits, num_fetched))
+        check_logits(values)
         return [self._sample_row(logits, row, values[row], ids[row].astype(np.int64), item.seq)
                 for row, item in enumerate(items)]
 

@@ -12,6 +12,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..engine.llm_engine import PromptTooLongError
+from ..engine.model_runner import NaNLogitsError
 from ..engine.outputs import GenerationChunk, TokenLogprob
 from ..engine.structured_output import GrammarError
 from ..tokenizer import ChatTemplate, TokenizerError
@@ -182,6 +183,8 @@ class Completions:
                 yield index, chunk
         except PromptTooLongError as exc:
             raise bad_request(str(exc), None, "context_length_exceeded") from None
+        except NaNLogitsError as exc:  # the model's fault, not the request's
+            raise APIError(500, str(exc), code="nan_logits") from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         finally:  # the client left (or an error ended the request): what still ran was aborted

@@ -88,6 +88,25 @@ def test_every_finite_code_decodes_exactly():
         np.testing.assert_array_equal(cpu_fp8.fp8_linear(x, w)[0], E4M3_TABLE[codes[:, column]])
 
 
+@pytest.mark.parametrize("layout", ["block128", "channel", "odd_block"])  # fused, per-row scale, table path
+def test_nan_codes_make_nan_in_every_path(layout, threading_mode):
+    """E4M3 0x7f / 0xff are NaN (no infinities in E4M3fn): a row holding one gives NaN, the other rows stay
+    finite, for every token count (fused kernel, tiles) and in decoded rows, as in the oracle."""
+    rng = np.random.default_rng(11)
+    w = fp8_weight(layout, rng)
+    codes = np.asarray(w.data)
+    codes[1, 17], codes[w.num_rows - 1, w.row_length - 1] = 0x7F, 0xFF
+    nan_rows = np.isin(np.arange(w.num_rows), [1, w.num_rows - 1])
+    for num_tokens in (1, 3, 8, 20):
+        x = rng.standard_normal((num_tokens, w.row_length)).astype(np.float32)
+        for y in (cpu_fp8.fp8_linear(x, w), reference_fp8.fp8_linear(x, w)):
+            np.testing.assert_array_equal(np.isnan(y), np.broadcast_to(nan_rows, y.shape))
+    rows = np.array([0, 1, w.num_rows - 1])
+    decoded = cpu_fp8.fp8_dequantize_rows(w, rows)
+    np.testing.assert_array_equal(decoded, reference_fp8.fp8_dequantize_rows(w, rows))  # NaN == NaN here
+    assert np.isnan(decoded[1, 17]) and np.isnan(decoded[2, -1]) and np.isnan(decoded).sum() == 2
+
+
 def test_linear_writes_into_out_and_never_writes_the_weight():
     rng = np.random.default_rng(3)
     w = fp8_weight("block128", rng)

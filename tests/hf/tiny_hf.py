@@ -181,6 +181,16 @@ def save_fp8_variant(source: Path, target: Path, layout: str, block: tuple[int, 
     return model
 
 
+def set_fp8_code(directory: Path, name: str, index: tuple[int, int], code: int) -> None:
+    """Overwrites one E4M3 byte of FP8 weight `name` in a saved checkpoint (0x7f / 0xff: a NaN code)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(directory / "model.safetensors"))
+    tensors[name].view(torch.uint8)[index] = code
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
 def engine_greedy(engine, ids: list[int], steps: int) -> list[int]:
     """`steps` greedy tokens after `ids` through the engine's scheduler (EOS ignored)."""
     from pocketcli.sampling_params import SamplingParams

@@ -43,6 +43,18 @@ def test_fp8_weights_with_block_scales():
     assert relative_error(host(cuda_ops.linear(x, w)), reference.linear(x, w)) < 1e-5
 
 
+def test_fp8_nan_codes_decode_to_nan():
+    """E4M3 0x7f / 0xff are NaN, as in the reference (E4M3_TABLE): only the rows holding one give NaN."""
+    rng = np.random.default_rng(9)
+    w = fp8_weight(rng)
+    w.data[1, 3], w.data[4, 60] = 0x7F, 0xFF
+    decoded = host(cuda_ops.dequantize(w))
+    np.testing.assert_array_equal(decoded, reference.dequantize(w))
+    assert np.isnan(decoded[1, 3]) and np.isnan(decoded[4, 60]) and np.isnan(decoded).sum() == 2
+    y = host(cuda_ops.linear(rng.standard_normal((2, 64)).astype(np.float32), w))
+    np.testing.assert_array_equal(np.isnan(y), np.broadcast_to(np.isin(np.arange(5), [1, 4]), y.shape))
+
+
 def test_linear_serves_more_tokens_than_one_pass():
     rng = np.random.default_rng(3)
     w = random_weight(QT.Q4_K, (2, 256), rng)
