@@ -18,13 +18,14 @@ from gguf import GGMLQuantizationType as QT
 from .errors import ModelFileError
 from .fp8_layout import FP8_STORAGE_TYPE, dequantize_fp8, make_fp8_scales
 from .hf_config import hf_metadata, llama3_freq_factors, rope_metadata
-from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, MTP_ARCHS, deepseek_gguf_name, expert_slot, gguf_name, is_norm,
-                          is_unit_offset_norm, mimo_gguf_name, moe_gguf_name)
+from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, MTP_ARCHS, deepseek_gguf_name, expert_slot, fused_expert_slots,
+                          gguf_name, is_norm, is_unit_offset_norm, mimo_gguf_name, moe_gguf_name)
 from .reader import TensorInfo
 from .safetensors_reader import SafetensorInfo, open_safetensors_dir
 from .weight_tensor import WeightTensor, make_weight_tensor
 
 GGML_TYPE_OF_DTYPE = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "F8_E4M3": FP8_STORAGE_TYPE}
+FLOAT_DTYPES = ("F32", "F16", "BF16")
 COPIED = -1  # TensorInfo.offset of tensors built in memory (float32 copies, synthetic rope factors)
 
 
@@ -71,6 +72,7 @@ class HFCheckpoint:
         self._names = {ours: info for name, info in hf_infos.items()
                        if (ours := self._our_name(name))}
         self._experts = self._expert_groups(hf_infos)  # stacked name -> each expert's tensor, in order
+        self._fused_experts = self._fused_expert_parts(hf_infos)  # stacked name -> (fused tensor, half or None)
         self._add_mtp_metadata()
         self._copies: dict[str, np.ndarray] = {}  # our name -> float32 array (1-D tensors, rope factors)
         self._stacked_cache: dict[str, WeightTensor] = {}  # stacked experts, built on first use
@@ -89,6 +91,8 @@ class HFCheckpoint:
     def tensor(self, name: str) -> WeightTensor:
         if name in self._experts:
             return self._stacked_experts(name)
+        if name in self._fused_experts:
+            return self._unfused_experts(name)
         if name in self._copies or len(self._names[name].shape) == 1:
             values = self._float_copy(name)
             return make_weight_tensor(name, QT.F32, values.shape, values.view(np.uint8))
@@ -106,7 +110,7 @@ class HFCheckpoint:
 
     # --- building tensors -----------------------------------------------------------------------------------
     def _all_names(self) -> list[str]:
-        return sorted(set(self._names) | set(self._copies) | set(self._experts))
+        return sorted(set(self._names) | set(self._copies) | set(self._experts) | set(self._fused_experts))
 
     # --- MoE / hybrid checkpoints: stacked experts, MTP layers ------------------------------------------------
     def _our_name(self, hf_name: str) -> str | None:
@@ -135,11 +139,44 @@ class HFCheckpoint:
             groups[name] = [by_expert[e] for e in range(num_experts)]
         return groups
 
+    def _fused_expert_parts(self, hf_infos: dict[str, SafetensorInfo]) -> dict[str, tuple[SafetensorInfo, int | None]]:
+        """transformers 5's fused layout (hf_name_map.fused_expert_slots): our stacked names -> (the fused
+        tensor, which half of its rows: 0 gate, 1 up, None the whole down_proj)."""
+        if self.architecture not in MOE_ARCHS and self.architecture != "deepseek2":
+            return {}
+        parts = {}
+        num_experts = int(self.metadata.get(f"{self.architecture}.expert_count", 0))
+        for hf_name, info in hf_infos.items():
+            for name, half in fused_expert_slots(hf_name):
+                if len(info.shape) != 3 or info.shape[0] != num_experts or info.dtype not in FLOAT_DTYPES:
+                    raise ModelFileError(f"{self.path}: {hf_name} is {info.dtype} {list(info.shape)}, expected a "
+                                         f"float tensor [{num_experts} experts, rows, cols]")
+                if name in self._experts:
+                    raise ModelFileError(f"{self.path}: {name} is stored both per expert and fused ({hf_name})")
+                parts[name] = (info, half)
+        return parts
+
+    def _unfused_experts(self, name: str) -> WeightTensor:
+        """down_proj as it lies in the file (zero-copy); gate or up as a contiguous copy of its half of each
+        expert's gate_up_proj rows (made once)."""
+        info, half = self._fused_experts[name]
+        ggml_type = GGML_TYPE_OF_DTYPE[info.dtype]
+        raw = info.file.raw(info)
+        if half is None:
+            return make_weight_tensor(name, ggml_type, info.shape, raw)
+        if name not in self._stacked_cache:
+            num_experts, rows, cols = info.shape
+            by_row = np.asarray(raw).reshape(num_experts, rows, -1)
+            part = np.ascontiguousarray(by_row[:, half * (rows // 2):(half + 1) * (rows // 2)])
+            part.flags.writeable = False
+            self._stacked_cache[name] = make_weight_tensor(name, ggml_type, (num_experts, rows // 2, cols), part)
+        return self._stacked_cache[name]
+
     def _stacked_experts(self, name: str) -> WeightTensor:
         """One (num_experts, rows, cols) tensor from the per-expert HF tensors (a copy, made once)."""
         if name not in self._stacked_cache:
             infos = self._experts[name]
-            if any(info.dtype not in ("F32", "F16", "BF16") or info.shape != infos[0].shape for info in infos):
+            if any(info.dtype not in FLOAT_DTYPES or info.shape != infos[0].shape for info in infos):
                 raise ModelFileError(f"{self.path}: experts of {name} must share one float dtype and shape")
             raw = np.concatenate([np.asarray(info.file.raw(info)) for info in infos])
             raw.flags.writeable = False
@@ -164,6 +201,10 @@ class HFCheckpoint:
             info = self._experts[name][0]
             return TensorInfo(name, int(GGML_TYPE_OF_DTYPE[info.dtype]), (len(self._experts[name]), *info.shape),
                               COPIED)
+        if name in self._fused_experts:
+            info, half = self._fused_experts[name]
+            shape = info.shape if half is None else (info.shape[0], info.shape[1] // 2, info.shape[2])
+            return TensorInfo(name, int(GGML_TYPE_OF_DTYPE[info.dtype]), shape, info.begin if half is None else COPIED)
         if name in self._copies:
             return TensorInfo(name, int(QT.F32), self._copies[name].shape, COPIED)
         info = self._names[name]

@@ -59,6 +59,7 @@ MOE_ARCHS = {"qwen3moe", "qwen3next", "qwen35moe"}
 HYBRID_ARCHS = {"qwen3next", "qwen35", "qwen35moe"}
 _PARAM_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _EXPERT_RE = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+_FUSED_EXPERTS_RE = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 _MTP_RE = re.compile(r"^mtp\.(fc|pre_fc_norm_embedding|pre_fc_norm_hidden|norm)\.weight$")
 _MTP_LAYER_RE = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
 
@@ -75,6 +76,21 @@ def expert_slot(hf_name: str) -> tuple[str, int] | None:
         return None
     layer, expert, kind = match.groups()
     return f"blk.{layer}.ffn_{kind}_exps.weight", int(expert)
+
+
+def fused_expert_slots(hf_name: str) -> list[tuple[str, int | None]]:
+    """transformers 5's fused experts, as its MoE modules hold them (Qwen3MoeExperts, Qwen3NextExperts,
+    Qwen3_5MoeExperts, DeepseekV3Experts) and save_pretrained(save_original_format=False) writes them:
+    model.layers.L.mlp.experts.gate_up_proj [experts, 2 * intermediate, hidden], gate rows first (its forward
+    chunks the output in two: gate, up), and ...experts.down_proj [experts, hidden, intermediate]. Returns
+    (our stacked name, which half of the rows or None for the whole tensor) for each tensor it holds."""
+    match = _FUSED_EXPERTS_RE.match(strip_language_model(hf_name))
+    if not match:
+        return []
+    layer, kind = match.groups()
+    if kind == "down_proj":
+        return [(f"blk.{layer}.ffn_down_exps.weight", None)]
+    return [(f"blk.{layer}.ffn_gate_exps.weight", 0), (f"blk.{layer}.ffn_up_exps.weight", 1)]
 
 
 def moe_gguf_name(hf_name: str, arch: str, num_layers: int) -> str | None:
