@@ -21,7 +21,7 @@ from pathlib import Path
 BUILD_DIR = Path(__file__).resolve().parent
 ROOT = BUILD_DIR.parent
 sys.path.insert(0, str(ROOT))  # kernels_numba.cpu_tier: the tiers and this CPU's features
-TIERS = ("avx2", "avx512", "amx")  # best last: the one whose signatures the tiers this machine lacks compile
+TIERS = ("avx2", "avxvnni", "avx512", "amx")  # best last: the one whose signatures the tiers this machine lacks compile
 STAMP_MODULE = "pocket_build_stamp"
 SIGNATURES_SUFFIX = ".signatures.pickle"
 

@@ -6,7 +6,8 @@ tier's name and features in NUMBA_CPU_NAME / NUMBA_CPU_FEATURES every CPU of the
 a cache built on one of them (by `pocket warmup`, or shipped in the binary) serves them all.
 
 Tiers, best first: amx (Sapphire Rapids and later), avx512 (AVX-512 F/BW/CD/DQ/VL + VNNI: Cascade Lake, Ice Lake,
-Zen 4 and later), avx2 (x86-64-v3: Haswell, Zen 1 and later), generic (anything else: Arm, older x86).
+Zen 4 and later), avxvnni (x86-64-v3 + AVX-VNNI: Alder Lake and later laptops and desktops), avx2 (x86-64-v3:
+Haswell, Zen 1 and later), generic (anything else: Arm, older x86).
 POCKET_CPU_TIER=<tier> forces one; a tier this CPU lacks is for compiling only (its code would not run here).
 A NUMBA_CPU_NAME the user set wins: the tier is then "custom". Nothing here imports numba: the settings must be
 in the environment before numba reads them (numba.core.config, at import; reloaded here if it came first).
@@ -58,7 +59,9 @@ class CpuTier:
 TIERS = (  # best first
     CpuTier("amx", "x86-64-v4", _X86_64_V3 + _AVX512 + _AMX, _FULL_WIDTH, "AVX-512 + VNNI + AMX int8/bf16"),
     CpuTier("avx512", "x86-64-v4", _X86_64_V3 + _AVX512, ("amx-tile",) + _FULL_WIDTH, "AVX-512 F/BW/CD/DQ/VL + VNNI"),
-    CpuTier("avx2", "x86-64-v3", _X86_64_V3, ("avx512f", "amx-tile"), "AVX2 + FMA + F16C + BMI2"),
+    CpuTier("avxvnni", "x86-64-v3", _X86_64_V3 + ("avxvnni",), ("avx512f", "amx-tile"),
+            "AVX2 + AVX-VNNI (256-bit vpdpbusd) without AVX-512"),
+    CpuTier("avx2", "x86-64-v3", _X86_64_V3, ("avx512f", "amx-tile", "avxvnni"), "AVX2 + FMA + F16C + BMI2"),
     CpuTier("generic", "generic", (), (), "the architecture's baseline"),
 )
 TIER_NAMES = tuple(tier.name for tier in TIERS)

@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 import pytest
 
 from kernels_numba import cpu_tier
-from kernels_numba.cpu.matvec.int8_dot import host_has_vnni
+from kernels_numba.cpu.ir.byte_dot import target_kind
 from kernels_numba.cpu_tier import CUSTOM, TIER_NAMES, best_tier, chosen_tier, tier_named
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,8 @@ APPLE_M1 = frozenset({"neon", "fp-armv8", "dotprod", "fullfp16", "crc", "aes"})
 
 
 @pytest.mark.parametrize("features, expected", [
-    (HASWELL, "avx2"), (ALDER_LAKE, "avx2"), (SKYLAKE_X, "avx2"), (HASWELL - {"f16c"}, "generic"),
+    (HASWELL, "avx2"), (ALDER_LAKE, "avxvnni"), (SKYLAKE_X, "avx2"), (HASWELL - {"f16c"}, "generic"),
+    (ALDER_LAKE - {"avxvnni"}, "avx2"),
     (CASCADE_LAKE, "avx512"), (ZEN4, "avx512"), (SAPPHIRE_RAPIDS, "amx"),
     (SAPPHIRE_RAPIDS - {"amx-bf16"}, "avx512"), (SANDY_BRIDGE, "generic"), (APPLE_M1, "generic"),
     (frozenset(), "generic")])
@@ -49,7 +50,7 @@ def test_forced_tier_wins_over_the_cpu():
     assert chosen_tier({"POCKET_CPU_TIER": "avx2"}, ZEN4).name == "avx2"
     assert chosen_tier({"POCKET_CPU_TIER": "amx"}, HASWELL).name == "amx"  # compiling only
     assert chosen_tier({}, ZEN4).name == "avx512"
-    with pytest.raises(ValueError, match="POCKET_CPU_TIER must be one of amx, avx512, avx2, generic"):
+    with pytest.raises(ValueError, match="POCKET_CPU_TIER must be one of amx, avx512, avxvnni, avx2, generic"):
         chosen_tier({"POCKET_CPU_TIER": "avx3"}, ZEN4)
 
 
@@ -70,16 +71,20 @@ def test_inherited_tier_settings_are_not_a_users():
     assert cpu_tier.current_tier(environ) == "avx2" and cpu_tier.current_tier({}) == cpu_tier.NATIVE
 
 
+# the integer dot instructions each tier's kernels use (ir/byte_dot.py)
+BYTE_DOT_OF_TIER = {"amx": "vnni512", "avx512": "vnni512", "avxvnni": "avxvnni", "avx2": "avx2", "generic": "portable"}
+
+
 def test_feature_strings_are_fixed_and_drive_the_kernels_checks():
     assert tier_named("avx2").features == (
         "+64bit,+cmov,+cx8,+fxsr,+mmx,+sse,+sse2,+cx16,+sahf,+crc32,+popcnt,+sse3,+ssse3,+sse4.1,+sse4.2,+avx,"
-        "+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave,-avx512f,-amx-tile")
+        "+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave,-avx512f,-amx-tile,-avxvnni")
     assert tier_named("avx512").features.endswith("+avx512vl,+avx512vnni,-amx-tile,-prefer-256-bit")
     assert tier_named("amx").features.endswith("+avx512vnni,+amx-tile,+amx-int8,+amx-bf16,-prefer-256-bit")
     assert tier_named("generic").features == "" and tier_named("generic").cpu_name == "generic"
     for tier in cpu_tier.TIERS:
         context = SimpleNamespace(codegen=lambda tier=tier: SimpleNamespace(_tm_features=tier.features))
-        assert host_has_vnni(context) == (tier.name in ("avx512", "amx")), tier.name
+        assert target_kind(context) == BYTE_DOT_OF_TIER[tier.name], tier.name
 
 
 def child_env(tmp_path: Path, **extra: str) -> dict:
@@ -113,8 +118,8 @@ def total(values):
 
 assert total(np.ones(1000, np.float32)) == 1000
 from kernels_numba.cpu.ir.amx_tiles import HOST_COMPILES_AMX
-from kernels_numba.cpu.matvec.int8_dot import INT8_DOT_IS_FAST
-print(cpu_target.target_context.codegen()._tm_features, INT8_DOT_IS_FAST, HOST_COMPILES_AMX, sep="|")
+from kernels_numba.cpu.ir.byte_dot import TARGET_KIND
+print(cpu_target.target_context.codegen()._tm_features, TARGET_KIND, HOST_COMPILES_AMX, sep="|")
 """
 
 
@@ -123,9 +128,9 @@ def test_each_tier_compiles_without_llvm_warnings(tier_name, tmp_path):
     tier = tier_named(tier_name)
     completed = run_child(TIER_PROBE, child_env(tmp_path, POCKET_CPU_TIER=tier_name))
     assert completed.stderr == "", completed.stderr  # LLVM: "'+xyz' is not a recognized feature ..."
-    features, vnni, amx = completed.stdout.strip().split("|")
+    features, byte_dot_kind, amx = completed.stdout.strip().split("|")
     assert features == tier.features
-    assert (vnni, amx) == (str(tier_name in ("avx512", "amx")), str(tier_name == "amx"))
+    assert (byte_dot_kind, amx) == (BYTE_DOT_OF_TIER[tier_name], str(tier_name == "amx"))
 
 
 TINY_KERNEL = """

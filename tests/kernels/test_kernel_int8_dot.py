@@ -3,8 +3,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 from numba import njit
+from numba.core.registry import cpu_target
 
 from kernel_test_data import random_weight, relative_error
+from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.matvec import int8_dot, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.matvec import int8_matvec
@@ -88,16 +90,10 @@ def test_activation_scales_of_special_values():
     assert np.isnan(scales[0, 3:6]).all() and scales[0, 0] == 0
 
 
-INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q6_K, QT.Q4_K)
-BLOCK_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0)  # 32 values per block: rows may hold an odd number of blocks
-PORTABLE_DOTS = {QT.Q8_0: (int8_dot.q8_0_dot4_portable, int8_dot.q8_0_dot4x4_portable),
-                 QT.Q5_0: (int8_dot.q5_0_dot4_portable, int8_dot.q5_0_dot4x4_portable),
-                 QT.Q4_0: (int8_dot.q4_0_dot4_portable, int8_dot.q4_0_dot4x4_portable),
-                 QT.Q6_K: (int8_dot.q6_k_dot4_portable, int8_dot.q6_k_dot4x4_portable),
-                 QT.Q4_K: (int8_dot.q4_k_dot4_portable, int8_dot.q4_k_dot4x4_portable)}
-FAST_DOTS = {QT.Q8_0: (int8_dot.q8_0_dot4, int8_dot.q8_0_dot4x4), QT.Q5_0: (int8_dot.q5_0_dot4, int8_dot.q5_0_dot4x4),
-             QT.Q4_0: (int8_dot.q4_0_dot4, int8_dot.q4_0_dot4x4), QT.Q6_K: (int8_dot.q6_k_dot4, int8_dot.q6_k_dot4x4),
-             QT.Q4_K: (int8_dot.q4_k_dot4, int8_dot.q4_k_dot4x4)}
+INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q6_K, QT.Q4_K)
+BLOCK_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1)  # 32 values per block: rows may hold an odd number of blocks
+# the lane dot kinds this process's target can run (ir/byte_dot.py), compared with the portable one
+KINDS_HERE = byte_dot.kinds_for_features(byte_dot.target_features(cpu_target.target_context))
 
 
 def _row_length(ggml_type, num_blocks_of_32):
@@ -161,31 +157,36 @@ def _dots_with(dots, num_tokens):
 
 
 @pytest.mark.parametrize("ggml_type", INT8_TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("num_tokens", [1, 4])
-def test_the_portable_lane_dot_gives_the_same_results(ggml_type, num_tokens):
-    """The IR used on CPUs without VNNI (plain widening multiplies) computes the same integers."""
+@pytest.mark.parametrize("kind", [kind for kind in KINDS_HERE if kind != byte_dot.PORTABLE])
+def test_every_lane_dot_kind_gives_the_portable_results(ggml_type, kind):
+    """vpdpbusd (zmm, ymm) and vpmaddubsw (Q8_0: on the signed weights) compute the integers of the plain IR
+    used where the CPU has neither; random bytes hit every quant, Q8_0's -128 included."""
     rng = np.random.default_rng(5)
     row_length = _row_length(ggml_type, 9)
     data = readonly_bytes(random_weight(ggml_type, (10, row_length), rng))
-    x8 = _dot_operands(ggml_type, rng.standard_normal((num_tokens, row_length)).astype(np.float32))
-    portable, fast = (np.empty((num_tokens, 10), np.float32) for _ in range(2))
-    _dots_with(PORTABLE_DOTS[ggml_type][num_tokens == 4], num_tokens)(data, *x8, portable)
-    _dots_with(FAST_DOTS[ggml_type][num_tokens == 4], num_tokens)(data, *x8, fast)
-    np.testing.assert_array_equal(portable, fast)
+    for num_tokens in (1, 4):
+        x8 = _dot_operands(ggml_type, (rng.standard_normal((num_tokens, row_length)) * 4).astype(np.float32))
+        portable, fast = (np.empty((num_tokens, 10), np.float32) for _ in range(2))
+        _dots_with(int8_dot.dots_of_kind(ggml_type.name, byte_dot.PORTABLE)[num_tokens == 4], num_tokens)(
+            data, *x8, portable)
+        _dots_with(int8_dot.dots_of_kind(ggml_type.name, kind)[num_tokens == 4], num_tokens)(data, *x8, fast)
+        np.testing.assert_array_equal(portable, fast)
+
+
+# an instruction only each kind's code has
+KIND_INSTRUCTION = {byte_dot.VNNI512: "vpdpbusd", byte_dot.AVXVNNI: "vpdpbusd", byte_dot.AVX2: "vpmaddubsw"}
 
 
 @pytest.mark.parametrize("ggml_type", (QT.Q8_0, QT.Q6_K), ids=lambda t: t.name)
-def test_the_integer_dot_instruction_is_used_where_the_cpu_has_it(ggml_type):
-    if not int8_dot.INT8_DOT_IS_FAST:
-        pytest.skip("this CPU has no AVX512-VNNI")
+@pytest.mark.parametrize("kind", KINDS_HERE)
+def test_each_kind_uses_its_instructions(ggml_type, kind):
     data = readonly_bytes(random_weight(ggml_type, (4, 256), np.random.default_rng(6)))
     x8 = _dot_operands(ggml_type, np.ones((4, 256), np.float32))
-    for num_tokens, (fast_dots, portable_dots) in zip((1, 4), zip(FAST_DOTS[ggml_type], PORTABLE_DOTS[ggml_type])):
-        fast, portable = _dots_with(fast_dots, num_tokens), _dots_with(portable_dots, num_tokens)
-        for matvec in (fast, portable):
-            matvec(data, *x8, np.empty((4, 4), np.float32))
-        assert "vpdpbusd" in fast.inspect_asm(fast.signatures[0])
-        assert "vpdpbusd" not in portable.inspect_asm(portable.signatures[0])
+    matvec = _dots_with(int8_dot.dots_of_kind(ggml_type.name, kind)[1], 4)
+    matvec(data, *x8, np.empty((4, 4), np.float32))
+    assembly = matvec.inspect_asm(matvec.signatures[0])
+    for other_kind, instruction in KIND_INSTRUCTION.items():
+        assert (instruction in assembly) == (KIND_INSTRUCTION.get(kind) == instruction), (other_kind, instruction)
 
 
 def test_rounded_activations_are_the_quants_times_their_scale():

@@ -6,18 +6,23 @@ import os
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
+from numba import njit
+from numba.core.registry import cpu_target
 
 from gguf_loader.private_bytes import private_bytes
 from kernels_numba.cpu.matvec import dispatch
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import decode_rows
-from kernels_numba.cpu.matvec.run_layout import groups_of, repack, run_weights, supports
-from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE
+from kernels_numba.cpu.ir import byte_dot
+from kernels_numba.cpu.matvec.int8_dot import quantize_activations
+from kernels_numba.cpu.matvec.run_dot import row_range_intrinsic
+from kernels_numba.cpu.matvec.run_layout import RUN_CODES, ZERO_POINTS, groups_of, repack, run_weights, supports
+from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_activations
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
 
-pytestmark = pytest.mark.skipif(not dispatch.USE_RUN_LAYOUT, reason="the run layout needs AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not dispatch.USE_RUN_LAYOUT, reason="the run layout needs integer dot instructions")
 
 no_amx = pytest.mark.skipif(AMX_IS_AVAILABLE, reason="with AMX, Q8_0 keeps its GGUF rows (amx_matvec)")
 
@@ -146,3 +151,39 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
         expected = np.empty_like(out)
         dispatch.linear_into(dispatch.linear_kernel(code, num_tokens), data, x, expected)
         np.testing.assert_array_equal(out, expected)
+
+
+KINDS_HERE = byte_dot.kinds_for_features(byte_dot.target_features(cpu_target.target_context))
+
+
+def _run_dots(run_code, num_tokens, kind):
+    """An uncached njit of the run dots of every row with the lane dot of `kind`."""
+    dots = row_range_intrinsic(run_code, num_tokens, kind)
+
+    @njit
+    def rows_into(data, x_quants, x_scales, x_starts, x_sums, out):
+        dots(data, 0, data.shape[0], x_quants, x_scales, x_starts, x_sums, 0, out, 0)
+    return rows_into
+
+
+@pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 640), (QT.Q4_0, 896), (QT.Q4_K, 768), (QT.Q6_K, 512),
+                                          (QT.Q8_0, 640), (QT.Q8_0, 896)])
+@pytest.mark.parametrize("kind", [kind for kind in KINDS_HERE if kind != byte_dot.PORTABLE])
+def test_every_lane_dot_kind_gives_the_portable_run_dots(ggml_type, k, kind):
+    """Full, narrow and folded groups (640 = 16 + 4 runs, 896 = 16 + 8 + 4), Q8_0's signed weights under
+    vpmaddubsw included: the same integers as the plain IR, with one token and with a pass of 4."""
+    rng = np.random.default_rng(k)
+    code = qt.TYPE_CODES[ggml_type]
+    w = random_weight(ggml_type, (9, k), rng)
+    data, run_code = repack(code, np.asarray(w.data)), RUN_CODES[code]
+    for num_tokens in (1, 4):
+        quants, scales, _, _ = quantize_activations(
+            (rng.standard_normal((num_tokens, k)) * 4).astype(np.float32))
+        xr = run_activations(run_code, quants, scales)
+        portable, fast = (np.empty((num_tokens, 9), np.float32) for _ in range(2))
+        _run_dots(run_code, num_tokens, byte_dot.PORTABLE)(data, *xr, portable)
+        _run_dots(run_code, num_tokens, kind)(data, *xr, fast)
+        if byte_dot.byte_dot(kind, ZERO_POINTS[run_code]).uses_starts:
+            np.testing.assert_array_equal(fast.view(np.uint32), portable.view(np.uint32))
+        else:  # the zero point leaves every lane, not the first 4 of a folded group: float rounding differs
+            np.testing.assert_allclose(fast, portable, rtol=1e-5, atol=1e-5 * np.abs(portable).max())

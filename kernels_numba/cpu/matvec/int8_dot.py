@@ -5,8 +5,8 @@ The float kernels (block_dot.py) turn every weight into float32 before the FMA, 
 per call, 32 values to a block with one float scale (like llama.cpp's Q8_0 activations), and each weight block's
 integer dot with it is one VNNI `vpdpbusd` (32 byte products summed into 8 int32 lanes), then one float FMA
 with the two block scales. numba cannot emit VNNI itself, so the row loop is written as LLVM IR (numba
-`intrinsic`); on a CPU without AVX512-VNNI the same IR uses plain widening multiplies instead (slower, same
-integers, same result).
+`intrinsic`); on a CPU without AVX512-VNNI the same IR uses the integer instructions it has (ir/byte_dot.py:
+AVX-VNNI on ymm, AVX2's vpmaddubsw, else plain widening multiplies: same integers, same result).
 
 vpdpbusd multiplies unsigned by signed bytes. The weight quants are made unsigned: Q5_0 and Q4_0 store q in
 0..31 / 0..15 for the value q - 16 / q - 8 already, Q8_0's signed bytes are flipped to w + 128 (an xor of the sign
@@ -21,6 +21,7 @@ of its block's max/127), the same order as llama.cpp's own logits vs fp32 math.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,9 +29,9 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
-from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
+from kernels_numba.cpu.ir.byte_dot import HAS_FAST_BYTE_DOT, best_byte_dot, byte_dot
 from kernels_numba.cpu.ir.half import bits_to_float32
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.quantize_ir import block_abs_max_bits, quantize_block_into
@@ -54,31 +55,7 @@ _FLOAT_LANES = ir.VectorType(_F32, 16)
 PAIR_VALUES = 2 * BLOCK_VALUES  # one 512-bit vpdpbusd: 64 byte products into 16 int32 lanes
 
 
-def host_has_vnni(context) -> bool:
-    """Whether numba compiles for a CPU with 512-bit AVX512-VNNI (the features of numba's target machine, so
-    NUMBA_CPU_NAME/NUMBA_CPU_FEATURES are honoured)."""
-    features = context.codegen()._tm_features.split(",")
-    return all(f"+{feature}" in features for feature in ("avx512vnni", "avx512bw", "avx512f"))
-
-
-INT8_DOT_IS_FAST = host_has_vnni(cpu_target.target_context)
-
-
-def _dot_lanes_vnni(builder, acc, unsigned_bytes, signed_bytes):
-    function_type = ir.FunctionType(_LANES, [_LANES, _LANES, _LANES])
-    vpdpbusd = cgutils.get_or_insert_function(builder.module, function_type, "llvm.x86.avx512.vpdpbusd.512")
-    return builder.call(vpdpbusd, [acc, builder.bitcast(unsigned_bytes, _LANES), builder.bitcast(signed_bytes, _LANES)])
-
-
-def _dot_lanes_portable(builder, acc, unsigned_bytes, signed_bytes):
-    """vpdpbusd in plain IR: lane i += sum of u[4i+j] * s[4i+j], j < 4 (any CPU; LLVM picks the instructions)."""
-    num_lanes = acc.type.count
-    wide = ir.VectorType(_I32, LANE_VALUES * num_lanes)
-    products = builder.mul(builder.zext(unsigned_bytes, wide), builder.sext(signed_bytes, wide))
-    for j in range(LANE_VALUES):
-        pick = ir.Constant(ir.VectorType(_I32, num_lanes), [LANE_VALUES * i + j for i in range(num_lanes)])
-        acc = builder.add(acc, builder.shuffle_vector(products, ir.Constant(wide, ir.Undefined), pick))
-    return acc
+INT8_DOT_IS_FAST = HAS_FAST_BYTE_DOT
 
 
 def _nibble_pair(builder, blocks, offset):
@@ -102,6 +79,11 @@ def _unpack_q8_0(builder, blocks):
 def _unpack_q4_0(builder, blocks):
     """d f16 | 16 bytes of nibbles: quants 0..15 (value q - 8)."""
     return _nibble_pair(builder, blocks, 2)
+
+
+def _unpack_q4_1(builder, blocks):
+    """d f16 | m f16 | 16 bytes of nibbles: quants 0..15 (value d * q + m)."""
+    return _nibble_pair(builder, blocks, 4)
 
 
 def _unpack_q5_0(builder, blocks):
@@ -129,8 +111,8 @@ class BlockFormat:
     block_bytes: int
     zero_point: int  # subtracted from the unsigned quants: the lanes start from -zero_point * sum(x quants)
     unpack: Callable  # (builder, [1 or 2 block pointers]) -> <64 x i8> unsigned quants in the order of x
+    min_offset: int = 0  # Q4_1: where the block's f16 min m lies (value d * q + m); 0: no min
 
-    has_mins = False
     pairs_per_unit = 1
     # (row, token) accumulators in one loop over the rows: 4 rows x 4 tokens (16 of the 32 vector registers, next
     # to the 4 tokens' x operands) made LLVM spill accumulators; 2 rows a loop, x read twice from L1, is faster
@@ -143,20 +125,34 @@ class BlockFormat:
     def unit_bytes(self):
         return 2 * self.block_bytes
 
+    @property
+    def has_mins(self):
+        return self.min_offset != 0
+
     def pairs(self, builder, unit):
-        """([the unit's WeightPair], None: no mins)."""
+        """([the unit's WeightPair], the blocks' min factors -m or None)."""
         second = builder.gep(unit, [_I64(self.block_bytes)])
         scales = broadcast_runs(builder, (load_half(builder, unit), load_half(builder, second)), _FLOAT_LANES)
-        return [WeightPair(self.unpack(builder, [unit, second]), scales)], None
+        return [WeightPair(self.unpack(builder, [unit, second]), scales)], self._min_factors(builder, [unit, second])
 
     def last_single_block(self, builder, block):
         """A row's odd last block as a pair whose second half is zero (quants and scale)."""
         scales = broadcast_runs(builder, (load_half(builder, block), _F32(0.0)), _FLOAT_LANES)
-        return [WeightPair(self.unpack(builder, [block]), scales)], None
+        return [WeightPair(self.unpack(builder, [block]), scales)], self._min_factors(builder, [block])
+
+    def _min_factors(self, builder, blocks):
+        """<8 x float> of -m of each block (the dots subtract min factor * x block sum), zero past them."""
+        if not self.has_mins:
+            return None
+        factors = ir.Constant(ir.VectorType(_F32, 8), [0.0] * 8)
+        for i, block in enumerate(blocks):
+            factors = builder.insert_element(factors, builder.fneg(load_half(builder, block, self.min_offset)),
+                                             _I32(i))
+        return factors
 
 
 BLOCK_FORMATS = {"Q8_0": BlockFormat(34, 128, _unpack_q8_0), "Q5_0": BlockFormat(22, 16, _unpack_q5_0),
-                 "Q4_0": BlockFormat(18, 8, _unpack_q4_0)}
+                 "Q4_0": BlockFormat(18, 8, _unpack_q4_0), "Q4_1": BlockFormat(20, 0, _unpack_q4_1, min_offset=2)}
 
 
 SUPER_BLOCK_VALUES = 256  # K-quants: eight runs of 32 values share one super-block header
@@ -302,9 +298,15 @@ def _x_pair(builder, x, first_block, has_zero_point, is_single=False):
     return ActivationPair(values, ir.Constant(_LANES, None) if starts is None else starts, scales)
 
 
-def _x_block_sums(builder, x, first_block):
-    """The 8 block sums (scale * sum of quants) of one token's super-block, for the K-quants' mins."""
-    return load_vector(builder, builder.gep(x[3], [first_block]), ir.VectorType(_F32, 8), align=4)
+def _x_block_sums(builder, x, first_block, num_blocks):
+    """The block sums (scale * sum of quants) of one token's num_blocks blocks from first_block (a super-block's 8,
+    or Q4_1's 1 or 2 zero-padded to 8), for the mins."""
+    sums = load_vector(builder, builder.gep(x[3], [first_block]), ir.VectorType(_F32, num_blocks), align=4)
+    if num_blocks == 8:
+        return sums
+    padding = ir.Constant(ir.VectorType(_F32, num_blocks), [0.0] * num_blocks)
+    picks = [i if i < num_blocks else num_blocks for i in range(8)]  # index num_blocks: a zero of the padding
+    return builder.shuffle_vector(sums, padding, ir.Constant(ir.VectorType(_I32, 8), picks))
 
 
 def _dot_operands(context, builder, signature, args, num_tokens):
@@ -326,7 +328,7 @@ def _accumulate(builder, accumulator, value):
     builder.store(builder.fadd(builder.load(accumulator), value, flags=["contract"]), accumulator)
 
 
-def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature, args):
+def _emit_dots(weight_format, num_tokens, lane_dot, context, builder, signature, args):
     """The IR of 4 rows x num_tokens dots: one loop over the row's units; each unit's weights are unpacked once
     and serve every token; each (row, token) has its own 16 float lanes (allocas LLVM keeps in registers) updated
     in the same order whatever num_tokens is, so a token's result does not depend on the tokens it comes with.
@@ -339,12 +341,13 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
 
     def accumulate_unit(rows, first_block, weights_of, is_single=False):
         def x_pair(t, p):
-            return _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), weight_format.zero_point != 0,
-                           is_single)
+            return _x_pair(builder, xs[t], builder.add(first_block, _I64(2 * p)), lane_dot.uses_starts, is_single)
         reloads_x = weight_format.reloads_x_in_passes and num_tokens > 1
         shared_pairs = (None if reloads_x else
                         [[x_pair(t, p) for p in range(weight_format.pairs_per_unit)] for t in range(num_tokens)])
-        x_sums = [_x_block_sums(builder, x, first_block) for x in xs] if weight_format.has_mins else None
+        blocks_in_unit = 1 if is_single else 2 * weight_format.pairs_per_unit
+        x_sums = ([_x_block_sums(builder, x, first_block, blocks_in_unit) for x in xs] if weight_format.has_mins
+                  else None)
         for r in rows:
             weight_pairs, min_factors = weights_of(row_pointers[r])
             for p, w in enumerate(weight_pairs):
@@ -352,7 +355,7 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
                     memory_barrier(builder)
                 for t in range(num_tokens):
                     x = x_pair(t, p) if reloads_x else shared_pairs[t][p]
-                    lanes = builder.sitofp(dot_lanes(builder, x.start, w.quants, x.quants), _FLOAT_LANES)
+                    lanes = builder.sitofp(lane_dot.add(builder, x.start, w.quants, x.quants), _FLOAT_LANES)
                     scales = builder.fmul(w.lane_scales, x.lane_scales)
                     _accumulate(builder, accumulators[r][t], builder.fmul(lanes, scales, flags=["contract"]))
             for t in range(num_tokens if min_factors is not None else 0):
@@ -382,9 +385,9 @@ def _emit_dots(weight_format, num_tokens, dot_lanes, context, builder, signature
     return context.make_tuple(builder, signature.return_type, totals)
 
 
-def _dots_intrinsic(weight_format, num_tokens, choose_dot_lanes):
-    """Dots of 4 rows with num_tokens tokens, in `weight_format`, with the lane dot choose_dot_lanes(context)
-    picks at compile time."""
+def _dots_intrinsic(weight_format, num_tokens, choose_lane_dot):
+    """Dots of 4 rows with num_tokens tokens, in `weight_format`, with the lane dot (ir/byte_dot.py)
+    choose_lane_dot(context, zero point) picks at compile time."""
     @intrinsic
     def dots(typingctx, data, ra, rb, rc, rd, x_quants, x_lane_scales, x_lane_starts, x_block_sums, first_token,
              prefetch_bytes):
@@ -396,7 +399,8 @@ def _dots_intrinsic(weight_format, num_tokens, choose_dot_lanes):
             return None
 
         def codegen(context, builder, signature, args):
-            return _emit_dots(weight_format, num_tokens, choose_dot_lanes(context), context, builder, signature, args)
+            lane_dot = choose_lane_dot(context, weight_format.zero_point)
+            return _emit_dots(weight_format, num_tokens, lane_dot, context, builder, signature, args)
 
         result_type = types.UniTuple(types.float32, 4 * num_tokens)
         return (result_type(data, ra, rb, rc, rd, x_quants, x_lane_scales, x_lane_starts, x_block_sums,
@@ -405,15 +409,8 @@ def _dots_intrinsic(weight_format, num_tokens, choose_dot_lanes):
     return dots
 
 
-def _vnni_where_available(context):
-    return _dot_lanes_vnni if host_has_vnni(context) else _dot_lanes_portable
-
-
-def _portable(context):
-    return _dot_lanes_portable
-
-
-_FORMAT_OF_CODE = {qt.Q8_0: "Q8_0", qt.Q5_0: "Q5_0", qt.Q4_0: "Q4_0", qt.Q6_K: "Q6_K", qt.Q4_K: "Q4_K"}
+_FORMAT_OF_CODE = {qt.Q8_0: "Q8_0", qt.Q5_0: "Q5_0", qt.Q4_0: "Q4_0", qt.Q4_1: "Q4_1", qt.Q6_K: "Q6_K",
+                   qt.Q4_K: "Q4_K"}
 
 
 @intrinsic
@@ -428,7 +425,8 @@ def int8_dots(typingctx, code, num_tokens, data, ra, rb, rc, rd, x_quants, x_lan
 
     def codegen(context, builder, signature, args):
         inner = types.UniTuple(types.float32, 4 * count)(*signature.args[2:])
-        return _emit_dots(weight_format, count, _vnni_where_available(context), context, builder, inner, args[2:])
+        lane_dot = best_byte_dot(context, weight_format.zero_point)
+        return _emit_dots(weight_format, count, lane_dot, context, builder, inner, args[2:])
 
     return (types.UniTuple(types.float32, 4 * count)(code, num_tokens, data, ra, rb, rc, rd, x_quants,
                                                       x_lane_scales, x_lane_starts, x_block_sums, first_token,
@@ -438,24 +436,19 @@ def int8_dots(typingctx, code, num_tokens, data, ra, rb, rc, rd, x_quants, x_lan
 TOKENS_PER_PASS = 4  # tokens of a dot4x4: 4 rows x 4 tokens of float lanes fill 16 of the 32 vector registers
 
 
-def _dot_pair(format_name, choose_dot_lanes=_vnni_where_available):
-    """(dot4: 4 rows x 1 token, dot4x4: 4 rows x TOKENS_PER_PASS tokens) of one weight type."""
+def _lane_dot_chooser(kind):
+    if kind is None:
+        return best_byte_dot
+    return lambda context, zero_point: byte_dot(kind, zero_point)
+
+
+@functools.lru_cache(maxsize=None)
+def dots_of_kind(format_name: str, kind: str | None = None):
+    """(dot4: 4 rows x 1 token, dot4x4: 4 rows x TOKENS_PER_PASS tokens) of one weight type, with the lane dot of
+    `kind` (ir/byte_dot.py; None: the best the target compiles for). Tests compare the kinds' results."""
     weight_format = WEIGHT_FORMATS[format_name]
-    return (_dots_intrinsic(weight_format, 1, choose_dot_lanes),
-            _dots_intrinsic(weight_format, TOKENS_PER_PASS, choose_dot_lanes))
-
-
-q8_0_dot4, q8_0_dot4x4 = _dot_pair("Q8_0")
-q5_0_dot4, q5_0_dot4x4 = _dot_pair("Q5_0")
-q4_0_dot4, q4_0_dot4x4 = _dot_pair("Q4_0")
-q6_k_dot4, q6_k_dot4x4 = _dot_pair("Q6_K")
-q4_k_dot4, q4_k_dot4x4 = _dot_pair("Q4_K")
-# the same dots on any CPU (tests compare them with the VNNI ones)
-q8_0_dot4_portable, q8_0_dot4x4_portable = _dot_pair("Q8_0", _portable)
-q5_0_dot4_portable, q5_0_dot4x4_portable = _dot_pair("Q5_0", _portable)
-q4_0_dot4_portable, q4_0_dot4x4_portable = _dot_pair("Q4_0", _portable)
-q6_k_dot4_portable, q6_k_dot4x4_portable = _dot_pair("Q6_K", _portable)
-q4_k_dot4_portable, q4_k_dot4x4_portable = _dot_pair("Q4_K", _portable)
+    return (_dots_intrinsic(weight_format, 1, _lane_dot_chooser(kind)),
+            _dots_intrinsic(weight_format, TOKENS_PER_PASS, _lane_dot_chooser(kind)))
 
 
 _INF_BITS = 0x7F800000  # |x| bits at or above: inf or nan

@@ -16,7 +16,7 @@ from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
 
 ROWS_PER_GROUP = 4
-INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q6_K, qt.Q4_K)
+INT8_CODES = (qt.Q8_0, qt.Q5_0, qt.Q4_0, qt.Q4_1, qt.Q6_K, qt.Q4_K)
 
 
 @njit(cache=True)
@@ -77,7 +77,7 @@ _Q8_0_ZERO, _Q5_0_ZERO, _Q4_0_ZERO, _Q6_K_ZERO, _Q4_K_ZERO = (ZERO_POINTS[name]
 
 @njit(cache=True, inline="always")
 def zero_point(code):
-    """The unsigned quants' offset of a type of INT8_CODES (the value is d * (q - zero point))."""
+    """The unsigned quants' offset of a type of INT8_CODES (the value is d * (q - zero point); Q4_1 and Q4_K: 0)."""
     if code == qt.Q8_0:
         return _Q8_0_ZERO
     if code == qt.Q5_0:

@@ -27,7 +27,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.matvec.int8_dot import _dot_lanes_portable, _q4_k_scales_and_mins, host_has_vnni
+from kernels_numba.cpu.ir.byte_dot import best_byte_dot, byte_dot
+from kernels_numba.cpu.matvec.int8_dot import _q4_k_scales_and_mins
 from kernels_numba.cpu.matvec.run_layout import GROUP_RUNS, MIN_GROUP_RUNS, ZERO_POINTS
 from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
 
@@ -50,15 +51,6 @@ def _floats(width):
 
 def _splat(vector_type, value):
     return ir.Constant(vector_type, [value] * vector_type.count)
-
-
-def _dot_lanes_vnni(builder, acc, unsigned_bytes, signed_bytes):
-    width = acc.type.count
-    name = {16: "llvm.x86.avx512.vpdpbusd.512", 8: "llvm.x86.avx512.vpdpbusd.256",
-            4: "llvm.x86.avx512.vpdpbusd.128"}[width]
-    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(acc.type, [acc.type] * 3), name)
-    return builder.call(function, [acc, builder.bitcast(unsigned_bytes, acc.type),
-                                   builder.bitcast(signed_bytes, acc.type)])
 
 
 def _fma(builder, a, b, c):
@@ -107,27 +99,41 @@ def _q5_0_folded(builder, group):
     """_q5_0_group of a FOLDED_WIDTH group, folded: the fifth bits of slices 2m (2m + 1) are 16-bit words 2m
     (2m + 1) of the 8 x 2 bytes, word m of the even (odd) mask."""
     slices = _folded_nibbles(builder, group)
-    words = load_vector(builder, builder.gep(group, [_I64(18 * FOLDED_WIDTH)]), ir.VectorType(ir.IntType(16), 8))
     sixteens, zeros = _splat(_bytes(16), 16), _splat(_bytes(16), 0)
-    for parity in range(2):
-        picked = builder.shuffle_vector(words, words, ir.Constant(_ints(4), [2 * m + parity for m in range(4)]))
-        bits = builder.bitcast(picked, ir.VectorType(_I1, 64))
-        slices[parity] = builder.or_(slices[parity], builder.select(bits, sixteens, zeros))
+    for parity, bits in enumerate(_word_parities(builder, builder.gep(group, [_I64(18 * FOLDED_WIDTH)]))):
+        slices[parity] = builder.or_(slices[parity], builder.select(builder.bitcast(bits, ir.VectorType(_I1, 64)),
+                                                                    sixteens, zeros))
     return GroupWeights(slices, _half_scales(builder, group, FOLDED_WIDTH), None, True)
+
+
+def _word_parities(builder, pointer):
+    """8 16-bit words at pointer -> (i64 of the even words 0, 2, 4, 6; i64 of the odd ones), in scalar shifts and
+    masks: a shuffle of <8 x i16> bitcast to <64 x i1> costs ~2x the whole folded group on AVX2 (no mask
+    registers)."""
+    halves = [builder.load(builder.bitcast(builder.gep(pointer, [_I64(8 * h)]), _I64.as_pointer()), align=1)
+              for h in range(2)]
+    low_word, second_word = _I64(0xFFFF), _I64(0xFFFF0000)
+
+    def pick(half, shift):  # words (shift/16) and (shift/16 + 2) of a half, as the low 32 bits
+        first = builder.and_(builder.lshr(half, _I64(shift)), low_word)
+        return builder.or_(first, builder.and_(builder.lshr(half, _I64(shift + 16)), second_word))
+
+    return [builder.or_(pick(halves[0], 16 * parity), builder.shl(pick(halves[1], 16 * parity), _I64(32)))
+            for parity in range(2)]
 
 
 def _q4_0_folded(builder, group):
     return GroupWeights(_folded_nibbles(builder, group), _half_scales(builder, group, FOLDED_WIDTH), None, True)
 
 
-def _folded_run_dots(builder, dot_lanes, weights, x_values, starts):
+def _folded_run_dots(builder, lane_dot, weights, x_values, starts):
     """The integer dots of a folded group with one token, left in 16 lanes: x's tail lies folded like the
     weights (run_matvec.run_activations: the even slices' 64 bytes, then the odd ones'), so 2 vpdpbusd give lane
     4m + r = run r over slice pair m; the run starts (4 lanes) seed lanes 0-3. Integer sums, exact."""
     lanes = _pad(builder, starts)
     for h, w_slices in enumerate(weights.slices):
-        lanes = dot_lanes(builder, lanes, w_slices, load_vector(builder, builder.gep(x_values, [_I64(64 * h)]),
-                                                                _bytes(16)))
+        lanes = lane_dot.add(builder, lanes, w_slices, load_vector(builder, builder.gep(x_values, [_I64(64 * h)]),
+                                                                   _bytes(16)))
     return lanes
 
 
@@ -248,7 +254,7 @@ def _token_pointers(context, builder, x_types, x_arrays, first_token, num_tokens
     return pointers
 
 
-def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signature, args):
+def _emit_row_range(run_format, num_tokens, lane_dot, context, builder, signature, args):
     """out[first_token + t, row] for rows first_row..stop_row-1, one row at a time (the token pointers once)."""
     arg_types = signature.args
     data, first_row, stop_row, x_arrays, first_token, out, prefetch_bytes = (
@@ -261,20 +267,20 @@ def _emit_row_range(run_format, num_tokens, dot_lanes, context, builder, signatu
     with cgutils.for_range(builder, builder.sub(stop_row, first_row)) as loop:
         row = builder.add(first_row, loop.index)
         totals = _row_dots(run_format, row_pointer(context, builder, arg_types[0], data, row), xs, num_runs,
-                           dot_lanes, builder, prefetch_bytes)
+                           lane_dot, builder, prefetch_bytes)
         for t, total in enumerate(totals):
             element = builder.gep(out_rows[t], [builder.mul(row, out_stride)])
             builder.store(total, builder.bitcast(element, _F32.as_pointer()))
     return context.get_dummy_value()
 
 
-def _run_ints(builder, dot_lanes, weights, x_values, starts, width):
+def _run_ints(builder, lane_dot, weights, x_values, starts, width):
     """The width runs' integer dots (+ starts) of an unfolded group with one token's x slices at x_values, in
     two dependency chains."""
     chains = [starts, ir.Constant(_ints(width), None)]
     for j, w_slice in enumerate(weights.slices):
         x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
-        chains[j % 2] = dot_lanes(builder, chains[j % 2], w_slice, x_slice)
+        chains[j % 2] = lane_dot.add(builder, chains[j % 2], w_slice, x_slice)
     return builder.add(chains[0], chains[1])
 
 
@@ -286,7 +292,7 @@ def _add_products(builder, accumulator, a, b):
         builder.store(builder.fadd(builder.load(accumulator), _pad(builder, builder.fmul(a, b))), accumulator)
 
 
-def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes):
+def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
     """The dots of the row at `row` with each token of xs."""
     zero16 = ir.Constant(_floats(16), None)
     accumulators = [cgutils.alloca_once_value(builder, zero16) for _ in xs]
@@ -308,16 +314,16 @@ def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes)
         for t, (quants, scales, starts, sums) in enumerate(xs):
             x_values = builder.gep(quants, [value_offset])
             run_starts = (load_vector(builder, builder.gep(starts, [first_run]), _ints(width), align=4)
-                          if run_format.zero_point else ir.Constant(_ints(width), None))
+                          if lane_dot.uses_starts else ir.Constant(_ints(width), None))
             x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
             acc = accumulators[t]
             if weights.is_folded:  # 16 lanes of partial run dots, each lane with its run's scales
-                lanes = builder.sitofp(_folded_run_dots(builder, dot_lanes, weights, x_values, run_starts),
+                lanes = builder.sitofp(_folded_run_dots(builder, lane_dot, weights, x_values, run_starts),
                                        _floats(16))
                 lane_products = builder.fmul(lane_scales, _four_times(builder, x_scales))
                 builder.store(_fma(builder, lanes, lane_products, builder.load(acc)), acc)
                 continue
-            run_dots = builder.sitofp(_run_ints(builder, dot_lanes, weights, x_values, run_starts, width),
+            run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width),
                                       _floats(width))
             _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
             if run_format.has_mins:
@@ -345,16 +351,9 @@ def _row_dots(run_format, row, xs, num_runs, dot_lanes, builder, prefetch_bytes)
     return [builder.fsub(total, min_sum) for total, min_sum in zip(dot_totals, min_sums)]
 
 
-def _vnni_where_available(context):
-    return _dot_lanes_vnni if host_has_vnni(context) else _dot_lanes_portable
-
-
-def _portable(context):
-    return _dot_lanes_portable
-
-
-def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available):
-    """Dots of rows first_row..stop_row-1 of run code `code` x num_tokens tokens, written to out[token, row]."""
+def row_range_intrinsic(code, num_tokens, kind=None):
+    """Dots of rows first_row..stop_row-1 of run code `code` x num_tokens tokens, written to out[token, row], with
+    the lane dot of `kind` (ir/byte_dot.py; None: the best the target compiles for; tests compare the kinds)."""
     run_format = RUN_FORMATS[code]
 
     @intrinsic
@@ -368,8 +367,9 @@ def row_range_intrinsic(code, num_tokens, choose_dot_lanes=_vnni_where_available
             return None
 
         def codegen(context, builder, signature, args):
-            return _emit_row_range(run_format, num_tokens, choose_dot_lanes(context), context, builder, signature,
-                                   args)
+            lane_dot = (best_byte_dot(context, run_format.zero_point) if kind is None
+                        else byte_dot(kind, run_format.zero_point))
+            return _emit_row_range(run_format, num_tokens, lane_dot, context, builder, signature, args)
 
         return (types.void(data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums, first_token, out,
                            prefetch_bytes), codegen)
@@ -390,8 +390,8 @@ def run_row_range(typingctx, code, num_tokens, data, first_row, stop_row, x_quan
 
     def codegen(context, builder, signature, args):
         inner = types.void(*signature.args[2:])
-        return _emit_row_range(run_format, count, _vnni_where_available(context), context, builder, inner,
-                               args[2:])
+        lane_dot = best_byte_dot(context, run_format.zero_point)
+        return _emit_row_range(run_format, count, lane_dot, context, builder, inner, args[2:])
 
     return (types.void(code, num_tokens, data, first_row, stop_row, x_quants, x_scales, x_starts, x_sums,
                        first_token, out, prefetch_bytes), codegen)
