@@ -1,19 +1,12 @@
 """bench/spec_fixtures.py end to end on CPU for the cheapest drafter (a draft model: the target quantized to Q4_0,
 which drafts every round): the row says the speculative output is the plain output and its counters add up."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "spec_fixtures.py"
+from tests.bench.bench_script import load_bench_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("spec_fixtures", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["spec_fixtures"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("spec_fixtures")
 
 
 def test_draft_model_row_is_lossless_and_counts_add_up(capsys):
