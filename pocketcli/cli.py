@@ -16,9 +16,9 @@ EXIT_INTERRUPTED = 130
 def command_modules() -> tuple:
     """The modules in pocketcli/commands/, in the order `pocket --help` lists them: add a new subcommand here.
     Imported by name, not found by a scan, so PyInstaller sees them."""
-    from .commands import bench, chat, generate, info, models_cmd, serve, tokenize, warmup
+    from .commands import bench, chat, generate, info, models_cmd, perplexity, serve, tokenize, warmup
 
-    return (generate, chat, tokenize, info, bench, models_cmd, serve, warmup)
+    return (generate, chat, tokenize, info, bench, perplexity, models_cmd, serve, warmup)
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -11,9 +11,11 @@ import numpy as np
 from numba import cuda
 
 from kernels_numba.cuda.device_arrays import as_device, empty
+from kernels_numba.cuda.kv_row import kv_value
 from kernels_numba.cuda.launch_shape import WARPS_PER_BLOCK, row_blocks
 from kernels_numba.cuda.launch_stream import current_stream
 from kernels_numba.cuda.warp_reduce import WARP_SIZE, warp_sum
+from kernels_numba.kv_type import kv_type_of
 
 MAX_DIMS_PER_LANE = 8  # head_dim <= 256
 
@@ -27,18 +29,19 @@ def sequence_of(token, query_start_loc):
 
 
 @cuda.jit
-def paged_attention_kernel(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
+def paged_attention_kernel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, scale,
                            sliding_window, softcap, out):
     first_pair = cuda.blockIdx.x * WARPS_PER_BLOCK + cuda.threadIdx.x // WARP_SIZE
     for pair in range(first_pair, q.shape[0] * q.shape[1], cuda.gridDim.x * WARPS_PER_BLOCK):
-        attend(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, sliding_window, softcap,
-               out, pair, cuda.threadIdx.x % WARP_SIZE)
+        attend(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, scale, sliding_window,
+               softcap, out, pair, cuda.threadIdx.x % WARP_SIZE)
 
 
 @cuda.jit(device=True)
-def attend(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, sliding_window, softcap, out,
-           pair, lane):
-    """Query `pair` (token * heads + head) against its sequence's visible keys; one warp, lane `lane`."""
+def attend(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, scale, sliding_window, softcap,
+           out, pair, lane):
+    """Query `pair` (token * heads + head) against its sequence's visible keys; one warp, lane `lane`; each lane
+    decodes its own dimensions of a key (value) row from the cache's KV type (kv_row.kv_value)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     token, head = pair // num_heads, pair % num_heads
     kv_head = head // (num_heads // k_cache.shape[2])
@@ -60,7 +63,7 @@ def attend(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, sca
         for i in range(MAX_DIMS_PER_LANE):
             d = lane + WARP_SIZE * i
             if d < head_dim:
-                partial += q_lane[i] * k_cache[block, offset, kv_head, d]
+                partial += q_lane[i] * kv_value(k_cache, kv_type, block, offset, kv_head, d)
         score = warp_sum(partial) * scale
         if softcap > 0:
             score = softcap * math.tanh(score / softcap)
@@ -70,7 +73,7 @@ def attend(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, sca
         for i in range(MAX_DIMS_PER_LANE):
             d = lane + WARP_SIZE * i
             if d < head_dim:
-                acc[i] = acc[i] * correction + weight * v_cache[block, offset, kv_head, d]
+                acc[i] = acc[i] * correction + weight * kv_value(v_cache, kv_type, block, offset, kv_head, d)
         running_max = new_max
     for i in range(MAX_DIMS_PER_LANE):
         d = lane + WARP_SIZE * i
@@ -91,6 +94,6 @@ def paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start
     pairs = q.shape[0] * q.shape[1]
     if pairs:
         paged_attention_kernel[row_blocks(pairs), WARPS_PER_BLOCK * WARP_SIZE, current_stream()](
-            q, k_cache, v_cache, tables, lens, starts, np.float32(scale), int(sliding_window), np.float32(softcap),
-            result)
+            q, k_cache, v_cache, kv_type_of(k_cache), tables, lens, starts, np.float32(scale), int(sliding_window),
+            np.float32(softcap), result)
     return result

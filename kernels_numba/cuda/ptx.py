@@ -25,6 +25,7 @@ from kernels_numba.cuda.sampler import top_k_kernel
 ARCHITECTURES = ((8, 0), (8, 6), (8, 9), (9, 0))  # A100, RTX 30xx / A10, L4 / RTX 40xx, H100 / H200
 
 _u8_2d, _i32_1d, _i32_2d, _i64_1d = types.uint8[:, ::1], types.int32[::1], types.int32[:, ::1], types.int64[::1]
+_u8_4d = types.uint8[:, :, :, ::1]
 _i64_2d = types.int64[:, ::1]
 _f32_1d, _f32_2d, _f32_3d, _f32_4d = (types.float32[::1], types.float32[:, ::1], types.float32[:, :, ::1],
                                       types.float32[:, :, :, ::1])
@@ -37,9 +38,12 @@ KERNEL_SIGNATURES = {
     "elementwise": (elementwise_kernel, (_i64, _f32_1d, _f32_1d, _f32, _f32_1d)),
     "columns": (columns_kernel, (_f32_2d, _i64, _f32_1d, _bool, _f32_2d)),
     "rope": (rope_kernel, (_f32_3d, _i64_1d, _f64, _bool, _f64, _f32_1d, _bool, _f32_3d)),
-    "store_kv": (store_kv_kernel, (_f32_3d, _f32_3d, _f32_4d, _f32_4d, _i64_1d)),
-    "paged_attention": (paged_attention_kernel, (_f32_3d, _f32_4d, _f32_4d, _i32_2d, _i32_1d, _i32_1d, _f32, _i64,
-                                                 _f32, _f32_3d)),
+    "store_kv": (store_kv_kernel, (_f32_3d, _f32_3d, _f32_4d, _f32_4d, _i64_1d, _i64)),
+    "store_kv_bytes": (store_kv_kernel, (_f32_3d, _f32_3d, _u8_4d, _u8_4d, _i64_1d, _i64)),  # every other KV type
+    "paged_attention": (paged_attention_kernel, (_f32_3d, _f32_4d, _f32_4d, _i64, _i32_2d, _i32_1d, _i32_1d, _f32,
+                                                 _i64, _f32, _f32_3d)),
+    "paged_attention_bytes": (paged_attention_kernel, (_f32_3d, _u8_4d, _u8_4d, _i64, _i32_2d, _i32_1d, _i32_1d,
+                                                       _f32, _i64, _f32, _f32_3d)),
     "top_k": (top_k_kernel, (_f32_2d, _i64, _f32_2d, _i32_2d)),
     "moe_route": (route_kernel, (_f32_2d, _i64, _bool, _i64_2d, _f32_2d)),
     "expert_matvec": (expert_matvec_kernel, (_u8_2d, _i64, _f32_2d, _i64, _i64, _i64, _f32_2d, _i64_1d, _f32_2d)),

@@ -18,6 +18,15 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def kv_report(engine) -> dict:
+    """The KV cache's type, bytes per token, and the tokens of it the free RAM would hold."""
+    from ..engine.kv_memory import available_ram_bytes, context_that_fits
+
+    per_token, free = engine.kv_cache.bytes_per_token, available_ram_bytes() or 0
+    return {"kv_type": engine.kv_cache.kv_type, "kv_bytes_per_token": per_token, "free_ram_bytes": free,
+            "kv_tokens_that_fit": context_that_fits(free, per_token)}
+
+
 def run(args: argparse.Namespace) -> int:
     import numba
 
@@ -40,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
     threads = numba.get_num_threads()
     model_file = engine.model_file
     tp_report = parallel_report(engine)  # None without --tp
+    kv = kv_report(engine)
     if args.json:
         extra = {"tensor_parallel": tp_report} if tp_report else {}
         print(json.dumps({"model": model_file.path, "backend": engine.config.backend, "threads": threads,
-                          "results": [r.as_dict() for r in results], "peak_rss_mib": round(rss_mib, 1), **extra}))
+                          "results": [r.as_dict() for r in results], "peak_rss_mib": round(rss_mib, 1), **kv,
+                          **extra}))
         return 0
     name = model_file.metadata.get("general.name", model_file.path)
     size_mib = model_file.file_size / 2**20
@@ -54,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {name[:24]:<24} | {size_mib:>5.1f} MiB | {engine.config.backend:>7} | {threads:>7} | "
               f"{r.test:>6} | {rate:>16} |")
     print(f"peak RSS: {rss_mib:.1f} MiB")
+    print(f"KV cache: {kv['kv_type']}, {kv['kv_bytes_per_token'] / 2**10:.1f} KiB a token; "
+          f"{kv['kv_tokens_that_fit']} tokens fit in the {kv['free_ram_bytes'] / 2**30:.1f} GiB of free RAM")
     for line in format_parallel_report(tp_report) if tp_report else []:
         print(line)
     return 0

@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from kernels_numba.kv_type import DEFAULT_KV_TYPE, kv_type_named
+
 from ..device import DEVICES, describe_device, resolve_device
+from ..errors import UsageError
 from .common import add_model_argument
 
 
@@ -14,6 +17,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", choices=DEVICES, default="auto", help="device to describe (auto: CUDA when usable)")
     p.set_defaults(run=run)
+    p.add_argument("--kv-type", default=DEFAULT_KV_TYPE, metavar="TYPE",
+                   help="KV cache type to size: f16 (default), bf16, q8_0, fp8, q4_0 or f32")
+    p.add_argument("--memory", default=None, metavar="SIZE",
+                   help="memory for the KV cache, e.g. 2G or 512M (default: free RAM or GPU memory less the weights)")
 
 
 def describe(model_file) -> dict:
@@ -39,11 +46,24 @@ def describe(model_file) -> dict:
     }
 
 
-def memory_details(info: dict, device: str) -> dict:
-    """Where the model would run and what it costs there: weight bytes and float32 KV bytes per token."""
-    kv_bytes_per_token = 2 * info["layers"] * info["kv_heads"] * info["head_dim"] * 4
-    return {**describe_device(device), "weight_bytes": info["file_size_bytes"], "kv_bytes_per_token": kv_bytes_per_token,
-            "kv_bytes_at_context_length": kv_bytes_per_token * info["context_length"]}
+def memory_details(info: dict, device: str, kv_type: str = DEFAULT_KV_TYPE, memory_bytes: int | None = None) -> dict:
+    """Where the model would run and what it costs there: weight bytes, KV bytes per token of `kv_type` (and of
+    every type), and the tokens of KV cache memory_bytes holds (default: the free RAM, or the GPU's free memory,
+    less the weights; the model's own context_length may be smaller)."""
+    from ..engine.kv_memory import available_ram_bytes, context_that_fits, kv_table
+
+    device_info = describe_device(device)
+    per_type = kv_table(info["layers"], info["kv_heads"], info["head_dim"], None)
+    if kv_type not in per_type:
+        raise UsageError(f"--kv-type {kv_type} does not fit head_dim {info['head_dim']}; choose one of "
+                         f"{', '.join(per_type)}")
+    free = device_info.get("gpu_memory_free_bytes", available_ram_bytes())
+    memory = memory_bytes if memory_bytes is not None else (free or 0) - info["file_size_bytes"]
+    per_token = per_type[kv_type]
+    return {**device_info, "weight_bytes": info["file_size_bytes"], "kv_type": kv_type,
+            "kv_bytes_per_token": per_token, "kv_bytes_at_context_length": per_token * info["context_length"],
+            "kv_bytes_per_token_by_type": per_type, "kv_memory_bytes": max(memory, 0),
+            "kv_tokens_that_fit": context_that_fits(max(memory, 0), per_token)}
 
 
 def hf_details(model_file) -> dict:
@@ -87,6 +107,22 @@ def fp8_details(model_file) -> dict:
 
 def _prod(shape) -> int:
     out = 1
+def parse_size(text: str | None) -> int | None:
+    """'2G', '512M', '64K' or a byte count -> bytes (binary units); None for None."""
+    if text is None:
+        return None
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    clean = text.strip().upper().removesuffix("IB").removesuffix("B")
+    factor = units.get(clean[-1:], 1)
+    try:
+        size = float(clean[:-1] if clean[-1:] in units else clean) * factor
+    except ValueError:
+        size = -1
+    if not size >= 0:
+        raise UsageError(f"--memory takes a size like 2G, 512M or a byte count, got {text!r}")
+    return int(size)
+
+
     for d in shape:
         out *= d
     return out
@@ -97,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     from ..registry import resolve_model
 
     info = describe(open_model_file(resolve_model(args.model)))
-    info.update(memory_details(info, resolve_device(args.device)))
+    kv_type_named(args.kv_type)  # a one-line error naming the choices
+    info.update(memory_details(info, resolve_device(args.device), args.kv_type, parse_size(args.memory)))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -111,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
             value = f"{value / 2**20:.1f} MiB"
         elif "_bytes" in key:
             value = f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**10:.1f} KiB"
+        elif key == "kv_bytes_per_token_by_type":
+            value = ", ".join(f"{name} {size / 2**10:.1f} KiB" for name, size in value.items())
         elif key == "fp8":
             layouts = ", ".join(f"{layout} x{n}" for layout, n in sorted(value["scale_layouts"].items()))
             value = (f"{value['weights']} E4M3 weights, {value['bytes'] / 2**20:.1f} MiB at 1 byte each; "

@@ -27,6 +27,11 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for k, v in zip(self.keys, self.values))
 
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes one token's keys and values take in every layer."""
+        return self.nbytes // (self.num_blocks * self.block_size) if self.num_blocks else 0
+
 
 def lazy_zeros(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """Zeros in fresh anonymous pages, so a page joins the RSS only when a token's keys or values are written to

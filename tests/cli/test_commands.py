@@ -71,9 +71,20 @@ def test_info_describes_default_model(capsys):
     assert code == 0 and info["architecture"] == "gemma3" and info["layers"] == 18
     assert info["tensor_types"] == {"F32": 109, "Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9}
     assert info["context_length"] == 32768 and info["chat_template"].startswith("built-in")
-    # 18 layers x 1 KV head x 256 dims x (K + V) x 4 bytes
-    assert info["device"] == "cpu" and info["kv_bytes_per_token"] == 18 * 1 * 256 * 2 * 4
+    # 18 layers x 1 KV head x 256 dims x (K + V) x 2 bytes (the default f16 cache)
+    assert info["device"] == "cpu" and info["kv_type"] == "f16" and info["kv_bytes_per_token"] == 18 * 1 * 256 * 2 * 2
+    assert info["kv_bytes_per_token_by_type"]["f32"] == 18 * 1 * 256 * 2 * 4
+    assert info["kv_bytes_per_token_by_type"]["q8_0"] == 18 * 1 * 256 // 32 * 34 * 2
     assert info["weight_bytes"] == info["file_size_bytes"]
+
+
+def test_info_sizes_the_kv_cache_of_a_type_in_a_given_memory(capsys):
+    code, out, _ = run_cli(capsys, "info", "--json", "--kv-type", "q4_0", "--memory", "90M")
+    info = json.loads(out)
+    assert code == 0 and info["kv_bytes_per_token"] == 18 * 256 // 32 * 18 * 2
+    assert info["kv_tokens_that_fit"] == 90 * 2**20 // info["kv_bytes_per_token"]
+    assert run_cli(capsys, "info", "--kv-type", "q5")[0] == 2
+    assert run_cli(capsys, "info", "--memory", "lots")[0] == 2
 
 
 @pytest.mark.skipif(cuda_problem() is None, reason="a usable GPU is present")
@@ -86,6 +97,7 @@ def test_bench_json_reports_pp_tg_and_rss(capsys):
     code, out, _ = run_cli(capsys, "bench", "-p", "16", "-n", "4", "-r", "2", "--json")
     report = json.loads(out)
     assert code == 0 and [r["test"] for r in report["results"]] == ["pp16", "tg4"]
+    assert report["kv_type"] == "f16" and report["kv_bytes_per_token"] == 18 * 256 * 2 * 2
     for result in report["results"]:
         assert len(result["seconds"]) == 2 and result["tokens_per_second_mean"] > 0
     assert report["peak_rss_mib"] > 100

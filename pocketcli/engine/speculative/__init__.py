@@ -71,7 +71,7 @@ def make_draft_model_drafter(engine) -> DraftModelDrafter:
     config = engine.config
     draft_config = EngineConfig(model_path=config.draft_model_path, ctx_size=engine.max_model_len,
                                 max_num_seqs=config.max_num_seqs, block_size=config.block_size,
-                                backend=config.backend, enable_prefix_caching=False)
+                                backend=config.backend, enable_prefix_caching=False, kv_type=config.kv_type)
     draft_engine = LLMEngine(draft_config)
     check_same_vocabulary(engine, draft_engine, config.draft_model_path)
     return DraftModelDrafter(draft_engine)

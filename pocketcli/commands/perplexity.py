@@ -1,0 +1,60 @@
+"""`pocket perplexity`: llama-perplexity-style perplexity of a text file (pocketcli/engine/perplexity.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..errors import UsageError
+from .common import add_engine_arguments, add_model_argument, make_engine
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("perplexity", help="perplexity of a text file, as llama.cpp's llama-perplexity")
+    add_model_argument(p)
+    p.add_argument("-f", "--file", required=True, help="text file to score (e.g. bench/texts/botchan.txt)")
+    add_engine_arguments(p)
+    p.set_defaults(ctx_size=512)  # llama-perplexity's default window
+    p.add_argument("--chunks", type=int, default=0, help="score at most this many windows (default: all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engine.perplexity import make_windows, stream_perplexity
+
+    if args.ctx_size < 4 or args.chunks < 0:
+        raise UsageError("perplexity needs --ctx-size >= 4 and --chunks >= 0")
+    text = read_text(args.file)
+    args.prefix_caching = False  # windows share no prefix but BOS
+    engine = make_engine(args)
+    windows = make_windows(engine.tokenizer.encode(text, add_special=False), args.ctx_size,
+                           engine.tokenizer.bos_id, args.chunks)
+    started = time.perf_counter()
+    estimate = None
+    for estimate in stream_perplexity(engine, windows):
+        if not args.json:
+            print(f"[{estimate.num_windows}]{estimate.perplexity:.4f},", end="", flush=True)
+    seconds = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"model": engine.model_file.path, "kv_type": engine.config.kv_type, "ctx": args.ctx_size,
+                          "windows": estimate.num_windows, "scored_tokens": estimate.num_scored,
+                          "perplexity": round(estimate.perplexity, 6), "uncertainty": round(estimate.uncertainty, 6),
+                          "seconds": round(seconds, 2)}))
+        return 0
+    print()
+    print(f"Final estimate: PPL = {estimate.perplexity:.4f} +/- {estimate.uncertainty:.5f}")
+    print(f"{estimate.num_windows} windows of {args.ctx_size} tokens, {estimate.num_scored} scored, "
+          f"KV {engine.config.kv_type}, {seconds:.1f} s", file=sys.stderr)
+    return 0
