@@ -22,6 +22,7 @@ from .hf_name_map import (HYBRID_ARCHS, MOE_ARCHS, MTP_ARCHS, deepseek_gguf_name
                           gguf_name, is_norm, is_unit_offset_norm, mimo_gguf_name, moe_gguf_name)
 from .reader import TensorInfo
 from .safetensors_reader import SafetensorInfo, open_safetensors_dir
+from .sampling_keys import generation_config_metadata
 from .weight_tensor import WeightTensor, make_weight_tensor
 
 GGML_TYPE_OF_DTYPE = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "F8_E4M3": FP8_STORAGE_TYPE}
@@ -79,6 +80,7 @@ class HFCheckpoint:
         self._add_rope_factors()
         self.tensor_infos = {name: self._tensor_info(name) for name in self._all_names()}
         self.metadata.update(tokenizer_metadata(self.dir))
+        self.metadata.update(generation_config_metadata(read_json(self.dir / "generation_config.json")))
 
     @property
     def architecture(self) -> str:

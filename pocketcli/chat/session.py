@@ -21,12 +21,15 @@ class ChatSettings:
     min_p: float = 0.05
     max_tokens: int = 512
     seed: int | None = None
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
 
     def __post_init__(self):
         self.sampling_params()  # validates
 
     def sampling_params(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                              repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
                               max_tokens=self.max_tokens, seed=self.seed)
 
     def updated(self, **changes) -> ChatSettings:

@@ -5,8 +5,8 @@ import argparse
 import sys
 
 from ..errors import UsageError
-from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
-                     spec_config)
+from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, kernel_backend,
+                     parallel_config, sampling_settings, set_cpu_threads, spec_config)
 from .models_cmd import default_model
 
 
@@ -15,10 +15,7 @@ def add_parser(subparsers) -> None:
     add_model_argument(p, chat=True)
     p.add_argument("--system", default="", help="system prompt")
     p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per reply at most (default 512)")
-    p.add_argument("--temperature", "--temp", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
+    add_sampling_arguments(p)
     p.add_argument("--seed", type=int, default=None)
     add_engine_arguments(p)
     p.add_argument("--plain", action="store_true", help="plain prompt_toolkit REPL instead of the Textual app")
@@ -26,11 +23,25 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def model_metadata(model: str | None) -> dict | None:
+    """The model file's metadata (its header only: the engine opens it again when it loads) for its recommended
+    sampling settings; None where it cannot be read yet (the load then reports why)."""
+    from gguf_loader import ModelFileError
+
+    from ..model_source import open_model_file
+    from ..registry import resolve_model
+
+    try:
+        return open_model_file(resolve_model(model, for_chat=True)).metadata
+    except (ModelFileError, OSError):
+        return None
+
+
 def make_session(args: argparse.Namespace):
     from ..chat.session import ChatSession, ChatSettings, EngineOptions
 
-    settings = ChatSettings(system=args.system, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed)
+    settings = ChatSettings(system=args.system, max_tokens=args.max_tokens, seed=args.seed,
+                            **sampling_settings(args, model_metadata(args.model)))
     backend = kernel_backend(args)
     options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=backend,
                             kv_type=args.kv_type,

@@ -15,6 +15,31 @@ def add_model_argument(parser: argparse.ArgumentParser, chat: bool = False) -> N
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
 
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sampling flags without a default of their own: an unset flag takes the model's recommended setting
+    (GGUF general.sampling.*, generation_config.json), else ours (pocketcli/sampling_defaults.py)."""
+    parser.add_argument("--temperature", "--temp", type=float, default=None,
+                        help="default: the model's recommended value, else 0.8")
+    parser.add_argument("--top-k", type=int, default=None, help="default: the model's, else 40 (0 disables)")
+    parser.add_argument("--top-p", type=float, default=None, help="default: the model's, else 0.95")
+    parser.add_argument("--min-p", type=float, default=None, help="default: the model's, else 0.05")
+    parser.add_argument("--repeat-penalty", type=float, default=None, help="default: the model's, else 1.0")
+    parser.add_argument("--no-model-defaults", action="store_true",
+                        help="ignore the sampling settings the model file recommends (use ours for unset flags)")
+
+
+def sampling_settings(args: argparse.Namespace, metadata: dict | None = None) -> dict:
+    """SamplingParams keywords for the sampling fields: each flag given, else the model's setting (from
+    `metadata`, unless --no-model-defaults), else the built-in default."""
+    from ..sampling_defaults import SAMPLING_FIELDS, model_sampling_defaults, resolve_sampling
+    from ..sampling_params import SamplingParams
+
+    builtin = {field: getattr(SamplingParams(), field) for field in SAMPLING_FIELDS}
+    use_model = metadata is not None and not getattr(args, "no_model_defaults", False)
+    explicit = {field: getattr(args, field, None) for field in SAMPLING_FIELDS}
+    return resolve_sampling(explicit, model_sampling_defaults(metadata) if use_model else {}, builtin)
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
     parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Iterator
 
 from ..errors import UsageError
 from ..sampling_params import SamplingParams
-from .common import add_engine_arguments, add_model_argument, make_engine, read_prompt
+from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, make_engine, read_prompt,
+                     sampling_settings)
 
 
 def add_parser(subparsers) -> None:
@@ -18,11 +19,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("-p", "--prompt", default=None, help="prompt text")
     p.add_argument("-f", "--file", default=None, help="read the prompt from a file")
     p.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate (default 256)")
-    p.add_argument("--temperature", "--temp", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    add_sampling_arguments(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
@@ -35,9 +32,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def make_sampling_params(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                          repeat_penalty=args.repeat_penalty, max_tokens=args.max_tokens, seed=args.seed,
+def make_sampling_params(args: argparse.Namespace, metadata: dict | None = None) -> SamplingParams:
+    """The flags' settings; with the model's metadata, its recommended ones fill the flags not given."""
+    return SamplingParams(**sampling_settings(args, metadata), max_tokens=args.max_tokens, seed=args.seed,
                           stop=list(args.stop), ignore_eos=args.ignore_eos)
 
 
@@ -74,6 +71,12 @@ def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[
     return encode_messages(engine, messages)
 
 
+def sampling_report(params: SamplingParams) -> dict:
+    from ..sampling_defaults import SAMPLING_FIELDS
+
+    return {field: getattr(params, field) for field in SAMPLING_FIELDS}
+
+
 def speculative_stats(engine) -> dict:
     """{"speculative": acceptance counters} when speculative decoding ran (bonus token: see SpecStats)."""
     if engine.speculative is None:
@@ -104,12 +107,13 @@ def stream_texts(chunks: Iterable, seen: list) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     from ..compile_progress_line import report_compiles_to_stderr
 
-    params = make_sampling_params(args)
+    make_sampling_params(args)  # bad flags fail before the model loads
     prompt = None if args.messages else read_prompt(args)
     with report_compiles_to_stderr() as compiles:  # kernels compile in the load and the first steps (cold cache)
         load_started = time.perf_counter()
         engine = make_engine(args)
         load_seconds = time.perf_counter() - load_started
+        params = make_sampling_params(args, engine.model_file.metadata)
         prompt_ids = encode_prompt(engine, args, prompt)
         chunks = generate(engine, prompt_ids, params, compiles, show_text=not args.json)
     pieces, last = [chunk.text for chunk in chunks], chunks[-1]
@@ -122,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"text": "".join(pieces), "token_ids": token_ids, "prompt_tokens": len(prompt_ids),
                           "completion_tokens": len(token_ids), "finish_reason": last.finish_reason,
-                          "timings": timings, **speculative_stats(engine)}, ensure_ascii=False))
+                          "timings": timings, "sampling": sampling_report(params), **speculative_stats(engine)},
+                         ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         decode_rate = f"{timings['decode_tokens_per_s']:.1f} tok/s" if len(token_ids) > 1 else "n/a"

@@ -8,6 +8,7 @@ from kernels_numba.kv_type import DEFAULT_KV_TYPE, kv_type_named
 
 from ..device import DEVICES, describe_device, resolve_device
 from ..errors import UsageError
+from ..sampling_defaults import describe_defaults, model_sampling_defaults
 from .common import add_model_argument
 
 
@@ -16,11 +17,11 @@ def add_parser(subparsers) -> None:
     add_model_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", choices=DEVICES, default="auto", help="device to describe (auto: CUDA when usable)")
-    p.set_defaults(run=run)
     p.add_argument("--kv-type", default=DEFAULT_KV_TYPE, metavar="TYPE",
                    help="KV cache type to size: f16 (default), bf16, q8_0, fp8, q4_0 or f32")
     p.add_argument("--memory", default=None, metavar="SIZE",
                    help="memory for the KV cache, e.g. 2G or 512M (default: free RAM or GPU memory less the weights)")
+    p.set_defaults(run=run)
 
 
 def describe(model_file) -> dict:
@@ -42,6 +43,7 @@ def describe(model_file) -> dict:
         "context_length": hp.context_length, "rope_theta": hp.rope_theta, "sliding_window": hp.sliding_window,
         "tensor_types": model_file.type_counts(), "tokenizer": metadata.get("tokenizer.ggml.model", ""),
         "chat_template": "from file" if template else f"built-in ({hp.arch})",
+        "sampling_defaults": model_sampling_defaults(metadata),
         **hf_details(model_file),
     }
 
@@ -105,8 +107,6 @@ def fp8_details(model_file) -> dict:
             "activations": activations}
 
 
-def _prod(shape) -> int:
-    out = 1
 def parse_size(text: str | None) -> int | None:
     """'2G', '512M', '64K' or a byte count -> bytes (binary units); None for None."""
     if text is None:
@@ -123,6 +123,8 @@ def parse_size(text: str | None) -> int | None:
     return int(size)
 
 
+def _prod(shape) -> int:
+    out = 1
     for d in shape:
         out *= d
     return out
@@ -146,10 +148,13 @@ def run(args: argparse.Namespace) -> int:
             value = f"{value / 1e6:.1f} M"
         elif key == "file_size_bytes":
             value = f"{value / 2**20:.1f} MiB"
-        elif "_bytes" in key:
-            value = f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**10:.1f} KiB"
         elif key == "kv_bytes_per_token_by_type":
             value = ", ".join(f"{name} {size / 2**10:.1f} KiB" for name, size in value.items())
+        elif "_bytes" in key:
+            value = f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**10:.1f} KiB"
+        elif key == "sampling_defaults":
+            value = (f"{describe_defaults(value)} (from the model: flags and request fields win, "
+                     "--no-model-defaults ignores them)" if value else "none (built-in defaults)")
         elif key == "fp8":
             layouts = ", ".join(f"{layout} x{n}" for layout, n in sorted(value["scale_layouts"].items()))
             value = (f"{value['weights']} E4M3 weights, {value['bytes'] / 2**20:.1f} MiB at 1 byte each; "

@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--reasoning-parser", default=None,
                    help="split <think>...</think> into reasoning_content: think, deepseek_r1, qwen3 "
                         "(default: on when the chat template uses think tags)")
+    p.add_argument("--no-model-defaults", action="store_true",
+                   help="requests without temperature/top_p/top_k/min_p/repetition_penalty get the API's defaults, "
+                        "not the model's recommended ones")
     p.set_defaults(run=run)
 
 
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     args.model = args.model or default_model(for_chat=True)  # the chat default: clients send chat messages
     config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
     app = make_app(None, served_model_name(args), args.api_key, tool_call_parser=args.tool_call_parser,
-                   reasoning_parser=args.reasoning_parser)
+                   reasoning_parser=args.reasoning_parser, use_model_defaults=not args.no_model_defaults)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                            timeout_graceful_shutdown=5))
     loader = threading.Thread(target=load_engine, args=(app, config, server, args.threads), daemon=True)

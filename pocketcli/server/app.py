@@ -12,12 +12,13 @@ from .state import ServerState
 
 def make_app(engine_loop: EngineLoop | None, model_name: str = "default", api_key: str | None = None,
              chat_template: ChatTemplate | None = None, tool_call_parser: str | None = None,
-             reasoning_parser: str | None = None) -> FastAPI:
+             reasoning_parser: str | None = None, use_model_defaults: bool = True) -> FastAPI:
     """engine_loop may be None while the model loads (then /health is 503); attach it later with
-    `app.state.server.attach(engine_loop)`. Parsers: None picks them from the chat template."""
+    `app.state.server.attach(engine_loop)`. Parsers: None picks them from the chat template.
+    use_model_defaults: a request's unset sampling fields take the model's recommended values."""
     app = FastAPI(title="PocketLLM", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = ServerState(model_name=model_name, api_key=api_key, tool_call_parser=tool_call_parser,
-                                   reasoning_parser=reasoning_parser)
+                                   reasoning_parser=reasoning_parser, use_model_defaults=use_model_defaults)
     if engine_loop is not None:
         app.state.server.attach(engine_loop, chat_template)
     install_error_handlers(app)

@@ -54,9 +54,11 @@ class PreparedRequest:
 
 class Completions:
     def __init__(self, client: EngineClient, model_name: str, chat_template: ChatTemplate | None,
-                 metrics: ServerMetrics, tool_call_parser: str | None = None, reasoning_parser: str | None = None):
+                 metrics: ServerMetrics, tool_call_parser: str | None = None, reasoning_parser: str | None = None,
+                 sampling_defaults: dict | None = None):
         self.client = client
         self.engine = client.engine
+        self.sampling_defaults = sampling_defaults or {}  # the model's recommended settings (sampling_defaults.py)
         self.tokenizer = client.engine.tokenizer
         self.model_name = model_name
         self.chat_template = chat_template
@@ -128,8 +130,8 @@ class Completions:
         max_tokens = body.requested_max_tokens or (max_model_len - len(prompt_ids))
         logit_bias = self._logit_bias(body.logit_bias)
         try:
-            params = [make_sampling_params(body, i, max_tokens, logit_bias, body.num_logprobs, structured_output)
-                      for i in range(body.n)]
+            params = [make_sampling_params(body, i, max_tokens, logit_bias, body.num_logprobs, structured_output,
+                                           self.sampling_defaults) for i in range(body.n)]
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         request_id = ("chatcmpl-" if is_chat else "cmpl-") + uuid.uuid4().hex[:24]

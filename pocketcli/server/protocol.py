@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..sampling_defaults import resolve_sampling
 from ..sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutputParams
 
 MAX_N = 16
@@ -133,13 +134,23 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
+# request field -> SamplingParams field, for the settings a model may recommend (pocketcli/sampling_defaults.py)
+MODEL_DEFAULT_FIELDS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                        "repetition_penalty": "repeat_penalty"}
+
+
 def make_sampling_params(body: SamplingFields, index: int, max_tokens: int, logit_bias: dict[int, float],
-                         num_logprobs: int | None, structured_output: StructuredOutputParams | None = None
-                         ) -> SamplingParams:
-    """Engine settings for choice `index`; with a seed, choice i uses seed + i so n choices differ."""
+                         num_logprobs: int | None, structured_output: StructuredOutputParams | None = None,
+                         model_defaults: dict | None = None) -> SamplingParams:
+    """Engine settings for choice `index`; with a seed, choice i uses seed + i so n choices differ. A sampling
+    field the request leaves out takes the model's recommended value (model_defaults) before the API's default."""
+    sent = {field: getattr(body, name) for name, field in MODEL_DEFAULT_FIELDS.items() if name in body.model_fields_set}
+    api = {field: getattr(body, name) for name, field in MODEL_DEFAULT_FIELDS.items()}
+    settings = resolve_sampling(sent, model_defaults or {}, {**api, "repeat_last_n": SamplingParams.repeat_last_n})
     return SamplingParams(
-        temperature=body.temperature, top_k=max(body.top_k, 0), top_p=body.top_p, min_p=body.min_p,
-        repeat_penalty=body.repetition_penalty, presence_penalty=body.presence_penalty,
+        temperature=settings["temperature"], top_k=max(settings["top_k"], 0), top_p=settings["top_p"],
+        min_p=settings["min_p"], repeat_penalty=settings["repeat_penalty"], repeat_last_n=settings["repeat_last_n"],
+        presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty, logit_bias=logit_bias, max_tokens=max_tokens,
         seed=None if body.seed is None else body.seed + index, stop=body.stop_strings(),
         ignore_eos=body.ignore_eos, logprobs=num_logprobs, structured_output=structured_output)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from ..engine.engine_loop import EngineLoop
+from ..sampling_defaults import model_sampling_defaults
 from ..tokenizer import ChatTemplate, TokenizerError, make_chat_template
 from .completions import Completions
 from .engine_client import EngineClient
@@ -25,6 +26,7 @@ class ServerState:
     load_error: str | None = None
     tool_call_parser: str | None = None  # None: chosen from the chat template
     reasoning_parser: str | None = None  # None: on when the chat template uses think tags
+    use_model_defaults: bool = True  # requests fall back to the model's recommended sampling settings
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -36,8 +38,9 @@ class ServerState:
         engine = engine_loop.engine
         if chat_template is None:
             chat_template = default_chat_template(engine)
+        defaults = model_sampling_defaults(engine.model_file.metadata) if self.use_model_defaults else {}
         self.completions = Completions(EngineClient(engine_loop), self.model_name, chat_template, self.metrics,
-                                       self.tool_call_parser, self.reasoning_parser)
+                                       self.tool_call_parser, self.reasoning_parser, defaults)
         self.engine_loop = engine_loop
 
 

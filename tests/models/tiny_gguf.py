@@ -82,14 +82,17 @@ TINY_CONFIGS = {
 }
 
 
-def write_tiny_model(path, arch: str, seed: int = 0, quant: str = "F32") -> Path:
-    """Write a tiny random-weight GGUF for `arch` to `path` and return the path."""
+def write_tiny_model(path, arch: str, seed: int = 0, quant: str = "F32", extra_metadata: dict | None = None) -> Path:
+    """Write a tiny random-weight GGUF for `arch` to `path` and return the path; extra_metadata: more keys
+    (float values as FLOAT32, int values as INT32)."""
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; expected one of {tuple(QUANTS)}")
     cfg = TINY_CONFIGS[arch]
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
     _add_hparams(writer, cfg, quant)
+    for key, value in (extra_metadata or {}).items():
+        (writer.add_float32 if isinstance(value, float) else writer.add_int32)(key, value)
     _add_vocab(writer, cfg)
     weight_type = QUANTS[quant][0]
     for name, array in make_tensors(cfg, seed).items():
