@@ -81,15 +81,15 @@ def test_the_forced_amx_path_matches_the_8bit_reference():
 def test_the_table_follows_its_thresholds():
     choose = dispatch.choose_path
     assert choose(qt.F32, 1) == dispatch.F32_BLAS
-    assert choose(qt.Q4_1, 1) == dispatch.FUSED and choose(qt.Q4_1, 5) == dispatch.BATCH
+    assert choose(qt.Q5_1, 1) == dispatch.FUSED and choose(qt.Q5_1, 5) == dispatch.BATCH
     assert choose(qt.IQ4_NL, 5) == dispatch.FUSED and choose(qt.IQ4_NL, dispatch.MAX_FUSED_TOKENS + 1) == dispatch.TILED
-    assert choose(qt.Q4_1, dispatch.MAX_BATCH_TOKENS + 1) == dispatch.TILED
+    assert choose(qt.Q5_1, dispatch.MAX_BATCH_TOKENS + 1) == dispatch.TILED
     assert choose(qt.R_Q5_0, dispatch.MAX_RUN_TOKENS) == dispatch.RUN
     assert choose(qt.R_Q5_0, dispatch.MAX_RUN_TOKENS + 1) == dispatch.TILED
     if dispatch.USE_INT8_DOT:
         assert choose(qt.Q4_K, dispatch.MAX_INT8_TOKENS) in (dispatch.INT8, dispatch.AMX)
         assert choose(qt.Q8_0, 1) == (dispatch.AMX if AMX_IS_AVAILABLE else dispatch.INT8)
-    else:  # the avx2 / generic tiers: float kernels for every type
+    else:  # the generic tier: float kernels for every type
         assert choose(qt.Q4_K, 1) == dispatch.FUSED and choose(qt.Q8_0, 3) == dispatch.BATCH
     with dispatch.forced_path("tiled"):
         assert choose(qt.Q4_K, 1) == dispatch.TILED
@@ -99,10 +99,10 @@ def test_the_table_follows_its_thresholds():
 
 def test_a_model_compiles_the_leaves_of_its_own_types_only():
     rng = np.random.default_rng(11)
-    w = random_weight(QT.Q4_1, (8, 256), rng)
+    w = random_weight(QT.Q5_1, (8, 256), rng)
     dispatch.linear(rng.standard_normal((1, 256)).astype(np.float32), w)
     dispatch.linear(rng.standard_normal((1, 256)).astype(np.float32), w)  # made once
-    assert _LEAF_CALLS == [(dispatch.FUSED, qt.Q4_1)]
+    assert _LEAF_CALLS == [(dispatch.FUSED, qt.Q5_1)]
 
 
 _LEAF_CALLS = []
@@ -150,9 +150,9 @@ def test_a_handle_for_other_argument_types_raises_instead_of_running():
 
 def test_leaf_jobs_name_the_leaves_a_model_compiles():
     rng = np.random.default_rng(12)
-    weights = [random_weight(QT.Q4_1, (8, 256), rng), random_weight(QT.IQ4_NL, (8, 256), rng)]
+    weights = [random_weight(QT.Q5_1, (8, 256), rng), random_weight(QT.IQ4_NL, (8, 256), rng)]
     jobs = dispatch.leaf_jobs(weights, max_num_tokens=8)
-    assert dispatch.LeafJob(dispatch.FUSED, qt.Q4_1) in jobs and dispatch.LeafJob(dispatch.BATCH, qt.Q4_1) in jobs
+    assert dispatch.LeafJob(dispatch.FUSED, qt.Q5_1) in jobs and dispatch.LeafJob(dispatch.BATCH, qt.Q5_1) in jobs
     assert dispatch.LeafJob(dispatch.FUSED, qt.IQ4_NL) in jobs
     assert not any(job.path == dispatch.TILED for job in jobs)  # 8 tokens: no prefill past the fused paths
     for job in jobs:
