@@ -71,7 +71,8 @@ class ModelEntry:
     def size_bytes(self) -> int | None:
         if self.local_path().is_file():
             return self.local_path().stat().st_size
-        return None
+        packaged = self.packaged_file() if self.source == "pypi" and self.file else None
+        return packaged.stat().st_size if packaged else None
 
     def source_label(self) -> str:
         return {"pypi": f"pypi:{self.package}", "hf": f"hf:{self.repo}/{self.file}"}.get(self.source,

