@@ -31,16 +31,20 @@ def q8_0(*shape):
     return pytest.param(QT.Q8_0, *shape, marks=no_amx)
 
 
-# row lengths whose groups cover every width: 640 = 16 + 4 runs, 384 = 8 + 4, 896 = 16 + 8 + 4, 768 = 16 + 8
+# row lengths whose groups cover every width: 640 = 16 + 4 runs, 384 = 8 + 4, 896 = 16 + 8 + 4, 768 = 16 + 8,
+# 576 = 16 + 2 (SmolLM2), 960 = 16 + 8 + 4 + 2, 64 = 2
 SHAPES = [(QT.Q5_0, 9, 640), (QT.Q5_0, 6, 384), (QT.Q4_0, 7, 896), (QT.Q4_0, 5, 128), (QT.Q4_K, 6, 768),
-          (QT.Q4_K, 5, 256), (QT.Q6_K, 7, 512), (QT.Q6_K, 3, 256), q8_0(9, 640), q8_0(5, 896), q8_0(3, 512)]
+          (QT.Q4_K, 5, 256), (QT.Q6_K, 7, 512), (QT.Q6_K, 3, 256), q8_0(9, 640), q8_0(5, 896), q8_0(3, 512),
+          (QT.Q5_0, 5, 576), (QT.Q5_0, 3, 960), (QT.Q4_0, 6, 576), (QT.Q4_0, 3, 64), q8_0(7, 576), q8_0(3, 960),
+          (QT.Q4_1, 7, 576), (QT.Q4_1, 5, 1536), (QT.Q4_1, 3, 960)]
 
 
-def test_groups_cover_the_row_in_widths_16_8_4():
+def test_groups_cover_the_row_in_widths_16_8_4_2():
     assert groups_of(20) == [(0, 16), (16, 4)]
     assert groups_of(28) == [(0, 16), (16, 8), (24, 4)]
     assert groups_of(32) == [(0, 16), (16, 16)]
-    assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 128) and not supports(qt.F16, 640)
+    assert groups_of(18) == [(0, 16), (16, 2)] and groups_of(30) == [(0, 16), (16, 8), (24, 4), (28, 2)]
+    assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 576) and not supports(qt.F16, 640)
     assert supports(qt.Q8_0, 640, has_amx=False) and not supports(qt.Q8_0, 640, has_amx=True)
 
 
@@ -71,7 +75,7 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 512), (QT.Q5_0, 640), (QT.Q4_0, 384), (QT.Q4_K, 512),
-                                          (QT.Q6_K, 512), q8_0(640)])
+                                          (QT.Q6_K, 512), q8_0(640), (QT.Q4_1, 576), q8_0(576)])
 def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
     """Every pass (8, 4, 2 and 1 tokens; over the whole span for decode batches, group by group past them), the
     folded tail groups of 4 runs (k = 640, 384) included."""
@@ -167,10 +171,11 @@ def _run_dots(run_code, num_tokens, kind):
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 640), (QT.Q4_0, 896), (QT.Q4_K, 768), (QT.Q6_K, 512),
-                                          (QT.Q8_0, 640), (QT.Q8_0, 896)])
+                                          (QT.Q8_0, 640), (QT.Q8_0, 896), (QT.Q5_0, 960), (QT.Q8_0, 576),
+                                          (QT.Q4_1, 960)])
 @pytest.mark.parametrize("kind", [kind for kind in KINDS_HERE if kind != byte_dot.PORTABLE])
 def test_every_lane_dot_kind_gives_the_portable_run_dots(ggml_type, k, kind):
-    """Full, narrow and folded groups (640 = 16 + 4 runs, 896 = 16 + 8 + 4), Q8_0's signed weights under
+    """Full, narrow and folded groups (640 = 16 + 4 runs, 896 = 16 + 8 + 4, 960 = 16 + 8 + 4 + 2), Q8_0's signed weights under
     vpmaddubsw included: the same integers as the plain IR, with one token and with a pass of 4."""
     rng = np.random.default_rng(k)
     code = qt.TYPE_CODES[ggml_type]

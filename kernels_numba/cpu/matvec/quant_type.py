@@ -7,7 +7,7 @@ from kernels_numba.errors import UnsupportedQuantType
 F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = range(11)
 Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS = range(11, 17)
 # CPU-only regroupings of GGUF types for the run dots (run_layout.py); never a file's type
-R_Q5_0, R_Q4_0, R_Q4_K, R_Q6_K, R_Q8_0 = range(17, 22)
+R_Q5_0, R_Q4_0, R_Q4_K, R_Q6_K, R_Q8_0, R_Q4_1 = range(17, 23)
 
 TYPE_CODES = {
     QT.F32: F32, QT.F16: F16, QT.BF16: BF16, QT.Q4_0: Q4_0, QT.Q4_1: Q4_1, QT.Q5_0: Q5_0, QT.Q5_1: Q5_1,

@@ -7,7 +7,7 @@ from numba import njit
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.block_decode import k_scale_and_min
 from kernels_numba.cpu.ir.half import read_half
-from kernels_numba.cpu.matvec.run_layout import FOLDED_SLICES, MIN_GROUP_RUNS, SLICE_VALUES, group_runs
+from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_SLICES, SLICE_VALUES, group_runs
 
 
 @njit(cache=True, inline="always")
@@ -18,18 +18,22 @@ def _nibble(row, pairs_at, width, j, i):
 
 
 @njit(cache=True)
-def _decode_block_runs(row, out, run_bytes, zero_point, has_fifth_bit):
-    """Q5_0 / Q4_0 groups: G f16 scales | 4 slice pairs | (Q5_0) 8 x G/2 bytes of fifth bits. Byte i of slice
-    pair m holds values 8m + i % 4 (low nibble) and 8m + 4 + i % 4 (high) of run i // 4."""
+def _decode_block_runs(row, out, run_bytes, zero_point, has_fifth_bit, has_min):
+    """Q5_0 / Q4_0 / Q4_1 groups: G f16 scales | (Q4_1) G f16 mins | 4 slice pairs | (Q5_0) 8 x G/2 bytes of
+    fifth bits. Byte i of slice pair m holds values 8m + i % 4 (low nibble) and 8m + 4 + i % 4 (high) of run
+    i // 4."""
     num_runs = out.size // 32
-    scales = np.empty(16, dtype=np.float32)
+    scales, mins = np.empty(16, dtype=np.float32), np.zeros(16, dtype=np.float32)
     first_run, base = 0, 0
     while first_run < num_runs:
         width = group_runs(num_runs - first_run)
+        header_bytes = 4 * width if has_min else 2 * width
         for lane in range(width):
             scales[lane] = read_half(row, base + 2 * lane)
+            if has_min:
+                mins[lane] = read_half(row, base + 2 * width + 2 * lane)
         for m in range(4):
-            pairs_at = base + 2 * width + 4 * width * m
+            pairs_at = base + header_bytes + 4 * width * m
             low_bits_at = base + 18 * width + 2 * m * (width // 2)
             high_bits_at = low_bits_at + width // 2
             for i in range(4 * width):
@@ -41,8 +45,12 @@ def _decode_block_runs(row, out, run_bytes, zero_point, has_fifth_bit):
                     high |= ((np.int32(row[high_bits_at + i // 8]) >> shift) & 1) << 4
                 d = scales[i // 4]
                 at = 32 * (first_run + i // 4) + 8 * m + i % 4
-                out[at] = d * np.float32(low - zero_point)
-                out[at + 4] = d * np.float32(high - zero_point)
+                if has_min:  # block_decode's Q4_1: d * q + m
+                    out[at] = d * np.float32(low) + mins[i // 4]
+                    out[at + 4] = d * np.float32(high) + mins[i // 4]
+                else:
+                    out[at] = d * np.float32(low - zero_point)
+                    out[at + 4] = d * np.float32(high - zero_point)
         first_run += width
         base += run_bytes * width
 
@@ -87,7 +95,7 @@ def _decode_q6_k_runs(row, out):
 
 @njit(cache=True)
 def _decode_q8_0_runs(row, out):
-    """Q8_0 groups: G f16 scales | 8 slices of 4G bytes of quant + 128 (a 4-run group's slices in the order
+    """Q8_0 groups: G f16 scales | 8 slices of 4G bytes of quant + 128 (a 4- or 2-run group's slices in the order
     FOLDED_SLICES)."""
     num_runs = out.size // 32
     scales = np.empty(16, dtype=np.float32)
@@ -97,7 +105,7 @@ def _decode_q8_0_runs(row, out):
         for lane in range(width):
             scales[lane] = read_half(row, base + 2 * lane)
         for position in range(8):
-            j = FOLDED_SLICES[position] if width == MIN_GROUP_RUNS else position
+            j = FOLDED_SLICES[position] if width <= FOLDED_MAX_RUNS else position
             slice_at = base + 2 * width + 4 * width * position
             for lane in range(width):
                 for b in range(SLICE_VALUES):
@@ -111,9 +119,11 @@ def _decode_q8_0_runs(row, out):
 def decode_run_row(code, row, out):
     """One row of a run code (quant_type.R_*) into float32 `out`."""
     if code == qt.R_Q5_0:
-        _decode_block_runs(row, out, 22, 16, True)
+        _decode_block_runs(row, out, 22, 16, True, False)
     elif code == qt.R_Q4_0:
-        _decode_block_runs(row, out, 18, 8, False)
+        _decode_block_runs(row, out, 18, 8, False, False)
+    elif code == qt.R_Q4_1:
+        _decode_block_runs(row, out, 20, 0, False, True)
     elif code == qt.R_Q4_K:
         _decode_q4_k_runs(row, out)
     elif code == qt.R_Q6_K:

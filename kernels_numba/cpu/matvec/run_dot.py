@@ -1,14 +1,15 @@
 """Dots of weight rows in the run layout (run_layout.py) with 8-bit activations, one SIMD lane per run, as IR.
 
-For each group of G runs of a row (16; a row's tail 8, then 4) and each token: the lanes start from
+For each group of G runs of a row (16; a row's tail 8, then 4, then 2) and each token: the lanes start from
 -zero_point * the run's sum of x quants, R/4 vpdpbusd (weights unsigned, x signed) add the run's integer dot into
 its lane, then one convert and one FMA with (weight run scale * x run scale) add the group into the (row, token)'s
 16 float lanes (an 8-run group's narrower product is added to the low lanes). A tail of 4 runs of Q5_0, Q4_0 or
 Q8_0, as rows of 640 values end in, is folded: its 8 slices of weights and of x (run_activations lays x's tail out
 the same way) fill 2 full vectors, so 2 vpdpbusd leave partial run dots in 16 lanes, and one convert and one FMA
-with the lanes' scales add them in unreduced: ~8 operations a token instead of ~17. Q4_K's mins subtract
-dmin * m * (x scale * x run sum), also one FMA per group. The lanes are summed at the end, always as the same
-tree (vector_ir.lane_totals: the tokens' trees packed side by side). Integer sums are exact, so the two
+with the lanes' scales add them in unreduced: ~8 operations a token instead of ~17 (a tail of 2 runs, as rows of
+576 end in: one vector). Q4_K's mins subtract dmin * m * (x scale * x run sum), Q4_1's add m * (x scale * x run
+sum), also one FMA per group. The lanes are summed at the end, always as the same tree (vector_ir.lane_totals:
+the tokens' trees packed side by side). Integer sums are exact, so the two
 dependency chains the slices are split into (for latency) change nothing, and the float operations of a
 (row, token) are the same whatever tokens share the call: one token gets the same bits alone, in a serve batch
 or in a speculative verify pass.
@@ -29,7 +30,7 @@ from numba.extending import intrinsic
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.byte_dot import best_byte_dot, byte_dot
 from kernels_numba.cpu.matvec.int8_dot import _q4_k_scales_and_mins
-from kernels_numba.cpu.matvec.run_layout import GROUP_RUNS, MIN_GROUP_RUNS, ZERO_POINTS
+from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_SLICES, GROUP_RUNS, ZERO_POINTS
 from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -77,33 +78,46 @@ def _half_scales(builder, pointer, width):
 class GroupWeights:
     """A row's group unpacked: R/4 slices of unsigned quants, the runs' scales and (Q4_K) min factors. A folded
     group (FOLDED_WIDTH runs) holds its 8 slices in two 512-bit vectors instead: 128-bit lane m of the first is
-    slice 2m, of the second slice 2m + 1 (as the nibble pairs lie in memory)."""
+    slice 2m, of the second slice 2m + 1 (as the nibble pairs lie in memory); a folded group of 2 runs in one,
+    its 64-bit lanes slices 0, 2, 4, 6, 1, 3, 5, 7."""
     slices: list
     scales: ir.Value
     min_factors: ir.Value | None
     is_folded: bool = False
 
 
-FOLDED_WIDTH = MIN_GROUP_RUNS  # groups this narrow (a row's tail) fold their 8 slices into 2 full vectors
-_EVEN_LANES = [16 * lane + i for lane in (0, 2, 4, 6) for i in range(16)]  # 128-bit lanes 0, 2 of a | of b
-_ODD_LANES = [16 * lane + i for lane in (1, 3, 5, 7) for i in range(16)]
+FOLDED_WIDTH = FOLDED_MAX_RUNS  # groups this narrow (a row's tail) fold their 8 slices into full vectors
 
 
-def _folded_nibbles(builder, group):
-    """The 4 slice pairs of a folded group (at byte 2 * FOLDED_WIDTH) as (even slices, odd slices)."""
-    packed = load_vector(builder, builder.gep(group, [_I64(2 * FOLDED_WIDTH)]), _bytes(16))
-    return [builder.and_(packed, _splat(_bytes(16), 0x0F)), builder.lshr(packed, _splat(_bytes(16), 4))]
+def _folded_nibbles(builder, group, width, header_bytes=None):
+    """The 4 slice pairs of a folded group of `width` runs (after its header, 2 * width bytes unless given) as its
+    vectors: (even slices, odd slices) for 4 runs, (even slices | odd slices) for 2."""
+    at = 2 * width if header_bytes is None else header_bytes
+    packed = load_vector(builder, builder.gep(group, [_I64(at)]), _bytes(4 * width))
+    vector_type = _bytes(4 * width)
+    low, high = builder.and_(packed, _splat(vector_type, 0x0F)), builder.lshr(packed, _splat(vector_type, 4))
+    return [low, high] if width == FOLDED_WIDTH else [concat(builder, low, high)]
 
 
-def _q5_0_folded(builder, group):
-    """_q5_0_group of a FOLDED_WIDTH group, folded: the fifth bits of slices 2m (2m + 1) are 16-bit words 2m
-    (2m + 1) of the 8 x 2 bytes, word m of the even (odd) mask."""
-    slices = _folded_nibbles(builder, group)
+def _q5_0_folded(builder, group, width):
+    """_q5_0_group of a folded group. 4 runs: the fifth bits of slices 2m (2m + 1) are 16-bit words 2m (2m + 1) of
+    the 8 x 2 bytes, word m of the even (odd) mask. 2 runs: byte j holds slice j's, taken in FOLDED_SLICES order."""
+    slices = _folded_nibbles(builder, group, width)
     sixteens, zeros = _splat(_bytes(16), 16), _splat(_bytes(16), 0)
-    for parity, bits in enumerate(_word_parities(builder, builder.gep(group, [_I64(18 * FOLDED_WIDTH)]))):
-        slices[parity] = builder.or_(slices[parity], builder.select(builder.bitcast(bits, ir.VectorType(_I1, 64)),
-                                                                    sixteens, zeros))
-    return GroupWeights(slices, _half_scales(builder, group, FOLDED_WIDTH), None, True)
+    bits_at = builder.gep(group, [_I64(18 * width)])
+    masks = _word_parities(builder, bits_at) if width == FOLDED_WIDTH else [_folded_bytes(builder, bits_at)]
+    for m, bits in enumerate(masks):
+        slices[m] = builder.or_(slices[m], builder.select(builder.bitcast(bits, ir.VectorType(_I1, 64)),
+                                                          sixteens, zeros))
+    return GroupWeights(slices, _half_scales(builder, group, width), None, True)
+
+
+def _folded_bytes(builder, pointer):
+    """The 8 bytes at pointer as an i64 with its bytes in FOLDED_SLICES order (bytes 0, 2, 4, 6, 1, 3, 5, 7)."""
+    eight = ir.VectorType(_I8, 8)
+    loaded = builder.load(builder.bitcast(pointer, eight.as_pointer()), align=1)
+    picked = builder.shuffle_vector(loaded, loaded, ir.Constant(ir.VectorType(_I32, 8), list(FOLDED_SLICES)))
+    return builder.bitcast(picked, _I64)
 
 
 def _word_parities(builder, pointer):
@@ -122,14 +136,31 @@ def _word_parities(builder, pointer):
             for parity in range(2)]
 
 
-def _q4_0_folded(builder, group):
-    return GroupWeights(_folded_nibbles(builder, group), _half_scales(builder, group, FOLDED_WIDTH), None, True)
+def _q4_0_folded(builder, group, width):
+    return GroupWeights(_folded_nibbles(builder, group, width), _half_scales(builder, group, width), None, True)
+
+
+def _q4_1_mins(builder, group, width):
+    """The min factors -m of a Q4_1 group (the dots subtract min factor * x run sum)."""
+    return builder.fneg(_half_scales(builder, builder.gep(group, [_I64(2 * width)]), width))
+
+
+def _q4_1_group(builder, group, width):
+    """G f16 scales | G f16 mins | 4 slice pairs."""
+    slices = _nibble_slices(builder, builder.gep(group, [_I64(4 * width)]), 4, width)
+    return GroupWeights(slices, _half_scales(builder, group, width), _q4_1_mins(builder, group, width))
+
+
+def _q4_1_folded(builder, group, width):
+    return GroupWeights(_folded_nibbles(builder, group, width, 4 * width), _half_scales(builder, group, width),
+                        _q4_1_mins(builder, group, width), True)
 
 
 def _folded_run_dots(builder, lane_dot, weights, x_values, starts):
     """The integer dots of a folded group with one token, left in 16 lanes: x's tail lies folded like the
-    weights (run_matvec.run_activations: the even slices' 64 bytes, then the odd ones'), so 2 vpdpbusd give lane
-    4m + r = run r over slice pair m; the run starts (4 lanes) seed lanes 0-3. Integer sums, exact."""
+    weights (run_matvec.run_activations: the even slices, then the odd ones), so 2 vpdpbusd (one for 2 runs)
+    give lane G*m + r = run r over slice (pair) m; the run starts (G lanes) seed lanes 0..G-1. Integer sums,
+    exact."""
     lanes = _pad(builder, starts)
     for h, w_slices in enumerate(weights.slices):
         lanes = lane_dot.add(builder, lanes, w_slices, load_vector(builder, builder.gep(x_values, [_I64(64 * h)]),
@@ -137,9 +168,11 @@ def _folded_run_dots(builder, lane_dot, weights, x_values, starts):
     return lanes
 
 
-def _four_times(builder, vector):
-    """A 4-lane vector repeated into 16 lanes (lane 4m + r = lane r), as the folded dots' lanes are."""
-    return builder.shuffle_vector(vector, vector, ir.Constant(_ints(16), [i % FOLDED_WIDTH for i in range(16)]))
+def _repeated(builder, vector):
+    """A folded group's 4- or 2-lane vector repeated into 16 lanes (lane G*m + r = lane r), as its dots' lanes
+    are."""
+    width = vector.type.count
+    return builder.shuffle_vector(vector, vector, ir.Constant(_ints(16), [i % width for i in range(16)]))
 
 
 def _q5_0_group(builder, group, width):
@@ -168,11 +201,11 @@ def _q8_0_group(builder, group, width):
     return GroupWeights(slices, _half_scales(builder, group, width), None)
 
 
-def _q8_0_folded(builder, group):
-    """_q8_0_group of a FOLDED_WIDTH group, folded: its slices lie as the even ones, then the odd ones."""
-    halves = [load_vector(builder, builder.gep(group, [_I64(2 * FOLDED_WIDTH + 64 * h)]), _bytes(16))
-              for h in range(2)]
-    return GroupWeights(halves, _half_scales(builder, group, FOLDED_WIDTH), None, True)
+def _q8_0_folded(builder, group, width):
+    """_q8_0_group of a folded group: its slices lie as the even ones, then the odd ones (64 bytes a vector)."""
+    vectors = [load_vector(builder, builder.gep(group, [_I64(2 * width + 64 * h)]), _bytes(16))
+               for h in range(width // 2)]
+    return GroupWeights(vectors, _half_scales(builder, group, width), None, True)
 
 
 def _q4_k_group(builder, group, width):
@@ -213,7 +246,7 @@ class RunFormat:
     unpack: Callable  # (builder, group pointer, width) -> GroupWeights
     widths: tuple  # the group widths a row can have
     has_mins: bool = False  # Q4_K: values d * sc * q - dmin * m
-    unpack_folded: Callable | None = None  # (builder, group pointer) -> folded GroupWeights of a FOLDED_WIDTH group
+    unpack_folded: Callable | None = None  # (builder, group pointer, 4 or 2) -> a folded group's GroupWeights
 
     @property
     def num_slices(self):
@@ -221,13 +254,15 @@ class RunFormat:
 
 
 RUN_FORMATS = {
-    qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4),
+    qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4, 2),
                          unpack_folded=_q5_0_folded),
-    qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4),
+    qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4, 2),
                          unpack_folded=_q4_0_folded),
     qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True),
     qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
-    qt.R_Q8_0: RunFormat(32, ZERO_POINTS[qt.R_Q8_0], lambda width: 34 * width, _q8_0_group, (16, 8, 4),
+    qt.R_Q4_1: RunFormat(32, ZERO_POINTS[qt.R_Q4_1], lambda width: 20 * width, _q4_1_group, (16, 8, 4, 2), True,
+                         unpack_folded=_q4_1_folded),
+    qt.R_Q8_0: RunFormat(32, ZERO_POINTS[qt.R_Q8_0], lambda width: 34 * width, _q8_0_group, (16, 8, 4, 2),
                          unpack_folded=_q8_0_folded),
 }
 
@@ -306,9 +341,9 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
         group = builder.gep(row, [byte_offset])
         for line in range(0, group_bytes, _CACHE_LINE):
             prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
-        if width == FOLDED_WIDTH and run_format.unpack_folded is not None:
-            weights = run_format.unpack_folded(builder, group)
-            lane_scales = _four_times(builder, weights.scales)  # once a row: scale of run r at lanes 4m + r
+        if width <= FOLDED_WIDTH and run_format.unpack_folded is not None:
+            weights = run_format.unpack_folded(builder, group, width)
+            lane_scales = _repeated(builder, weights.scales)  # once a row: scale of run r at lanes G*m + r
         else:
             weights = run_format.unpack(builder, group, width)
         for t, (quants, scales, starts, sums) in enumerate(xs):
@@ -320,12 +355,12 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
             if weights.is_folded:  # 16 lanes of partial run dots, each lane with its run's scales
                 lanes = builder.sitofp(_folded_run_dots(builder, lane_dot, weights, x_values, run_starts),
                                        _floats(16))
-                lane_products = builder.fmul(lane_scales, _four_times(builder, x_scales))
+                lane_products = builder.fmul(lane_scales, _repeated(builder, x_scales))
                 builder.store(_fma(builder, lanes, lane_products, builder.load(acc)), acc)
-                continue
-            run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width),
-                                      _floats(width))
-            _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
+            else:
+                run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width),
+                                          _floats(width))
+                _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
             if run_format.has_mins:
                 x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
                 _add_products(builder, min_totals[t], weights.min_factors, x_sums)

@@ -3,7 +3,7 @@ owns one run (a block of 32 values, Q6_K: a sub-block of 16) and its integer sum
 
 In GGUF order a 32-value block's integer dot lands in 8 int32 lanes of vpdpbusd, so every lane pays its own
 float epilogue (convert, scale, add): 8 float ops per block per token, more than the integer work. Here a row's
-runs go in groups of G = 16 (the row's tail: 8, then 4) and a group's bytes are interleaved so that slice j of
+runs go in groups of G = 16 (the row's tail: 8, then 4, then 2) and a group's bytes are interleaved so that slice j of
 the group (64 bytes for G = 16) holds values 4j..4j+3 of each of its G runs side by side: R/4 vpdpbusd add a
 whole run into one lane, and one convert + FMA per group serves 16 runs.
 
@@ -11,11 +11,12 @@ A group of G runs, per type (the same bytes per run as GGUF, so the copy is as b
 - Q5_0: G f16 scales | 4 slice pairs of 4G bytes (low nibbles: slice 2m, high: slice 2m + 1) | 8 x G/2 bytes,
   the fifth bits of slice j (bit i: byte i of the slice).
 - Q4_0: G f16 scales | 4 slice pairs.
+- Q4_1: G f16 scales | G f16 mins | 4 slice pairs (value d * q + m).
 - Q4_K: G/8 super-block headers as GGUF has them (d, dmin, 12 bytes of 6-bit scales and mins) | 4 slice pairs.
 - Q6_K (runs of 16, G = 16: one super-block): 16 int8 scales | d f16 | 2 slice pairs of 64 bytes | 64 bytes of
   high bit pairs (bits 2j, 2j + 1 of byte i: the top two bits of byte i of slice j).
 - Q8_0: G f16 scales | 8 slices of 4G bytes, each quant + 128 (unsigned, as vpdpbusd reads weights); a group of
-  4 runs (a row's tail) holds its slices in the order 0, 2, 4, 6, 1, 3, 5, 7, the two 64-byte halves the folded
+  4 or 2 runs (a row's tail) holds its slices in the order 0, 2, 4, 6, 1, 3, 5, 7, the 64-byte vectors the folded
   tail dots (run_dot) read as the even and the odd slices. Q8_0 has the layout only where the CPU has no AMX:
   there amx_matvec multiplies its GGUF rows (the LM heads), faster at every batch size than these dots.
 
@@ -39,16 +40,18 @@ from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 
 GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
-MIN_GROUP_RUNS = 4  # the narrowest tail group (a 128-bit vector): rows of Q4_0/Q5_0 need k % 128 == 0
+MIN_GROUP_RUNS = 2  # the narrowest tail group: rows of Q4_0/Q5_0/Q8_0 need k % 64 == 0 (SmolLM2's 576 too)
+FOLDED_MAX_RUNS = 4  # tail groups of 4 or 2 runs lie folded: their 8 slices fill 2 (or 1) full vectors
 SLICE_VALUES = 4  # values of a run in one slice: one vpdpbusd lane
 
 # the run layout's codes (quant_type numbers them after the GGUF types): raw code -> run code
-RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K, qt.Q8_0: qt.R_Q8_0}
-RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16, qt.R_Q8_0: 32}
-ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32, qt.R_Q8_0: 128}
-# a group of MIN_GROUP_RUNS runs lies folded (run_dot): at position p its slice FOLDED_SLICES[p], the even slices
-# first (Q8_0's weights, every type's x; Q4_0/Q5_0 nibble pairs give that order on their own), and slice j at
-# position FOLDED_POSITIONS[j]
+RUN_CODES = {qt.Q5_0: qt.R_Q5_0, qt.Q4_0: qt.R_Q4_0, qt.Q4_K: qt.R_Q4_K, qt.Q6_K: qt.R_Q6_K, qt.Q8_0: qt.R_Q8_0,
+             qt.Q4_1: qt.R_Q4_1}
+RUN_VALUES = {qt.R_Q5_0: 32, qt.R_Q4_0: 32, qt.R_Q4_K: 32, qt.R_Q6_K: 16, qt.R_Q8_0: 32, qt.R_Q4_1: 32}
+ZERO_POINTS = {qt.R_Q5_0: 16, qt.R_Q4_0: 8, qt.R_Q4_K: 0, qt.R_Q6_K: 32, qt.R_Q8_0: 128, qt.R_Q4_1: 0}
+# a group of FOLDED_MAX_RUNS or fewer runs lies folded (run_dot): at position p its slice FOLDED_SLICES[p], the
+# even slices first (Q8_0's weights, every type's x; Q4_0/Q5_0 nibble pairs give that order on their own), and
+# slice j at position FOLDED_POSITIONS[j]
 FOLDED_SLICES = (0, 2, 4, 6, 1, 3, 5, 7)
 FOLDED_POSITIONS = tuple(FOLDED_SLICES.index(j) for j in range(len(FOLDED_SLICES)))
 REPACK_CHUNK_BYTES = 1 << 24  # rows repacked at a time: the temporaries stay small next to a big LM head
@@ -56,10 +59,12 @@ REPACK_CHUNK_BYTES = 1 << 24  # rows repacked at a time: the temporaries stay sm
 
 @register_jitable
 def group_runs(runs_left):
-    """Runs in the next group of a row with runs_left runs still to go (16, 8 or 4)."""
+    """Runs in the next group of a row with runs_left runs still to go (16, 8, 4 or 2)."""
     if runs_left >= 16:
         return 16
-    return 8 if runs_left >= 8 else 4
+    if runs_left >= 8:
+        return 8
+    return 4 if runs_left >= 4 else 2
 
 
 def groups_of(num_runs: int) -> list[tuple[int, int]]:
@@ -98,10 +103,10 @@ def _block_nibbles(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
-def _block_format(raw: np.ndarray, block_bytes: int, has_fifth_bit: bool) -> np.ndarray:
+def _block_format(raw: np.ndarray, block_bytes: int, has_fifth_bit: bool, has_min: bool = False) -> np.ndarray:
     rows = raw.shape[0]
     blocks = raw.reshape(rows, -1, block_bytes)
-    scales = blocks[:, :, 0:2]
+    scales = blocks[:, :, 0:4 if has_min else 2]
     quants = _block_nibbles(blocks[:, :, block_bytes - 16:])
     if has_fifth_bit:
         high = blocks[:, :, 2:6].copy().view("<u4")  # [rows, blocks, 1]
@@ -111,7 +116,10 @@ def _block_format(raw: np.ndarray, block_bytes: int, has_fifth_bit: bool) -> np.
     for first, width in groups_of(blocks.shape[1]):
         group = slice(first, first + width)
         slices = _slices(quants[:, group], width)
-        parts += [scales[:, group].reshape(rows, -1), _nibble_pairs(slices).reshape(rows, -1)]
+        header = scales[:, group]
+        if has_min:  # the group's d values, then its m values
+            header = np.concatenate([header[:, :, 0:2], header[:, :, 2:4]], axis=1)
+        parts += [header.reshape(rows, -1), _nibble_pairs(slices).reshape(rows, -1)]
         if has_fifth_bit:
             fifth = np.packbits((slices >> 4) & 1, axis=-1, bitorder="little")
             parts.append(fifth.reshape(rows, -1))
@@ -168,7 +176,7 @@ def q8_0_sources(row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
         for lane in range(width):
             sources += [34 * (first + lane), 34 * (first + lane) + 1]
             masks += [0, 0]
-        order = FOLDED_SLICES if width == MIN_GROUP_RUNS else range(8)
+        order = FOLDED_SLICES if width <= FOLDED_MAX_RUNS else range(8)
         for j in order:
             for lane in range(width):
                 sources += [34 * (first + lane) + 2 + SLICE_VALUES * j + b for b in range(SLICE_VALUES)]
@@ -192,6 +200,8 @@ def _repack_rows_into(code: int, raw: np.ndarray, out: np.ndarray) -> None:
         out[...] = _block_format(raw, 22, has_fifth_bit=True)
     elif code == qt.Q4_0:
         out[...] = _block_format(raw, 18, has_fifth_bit=False)
+    elif code == qt.Q4_1:
+        out[...] = _block_format(raw, 20, has_fifth_bit=False, has_min=True)
     elif code == qt.Q4_K:
         out[...] = _q4_k(raw)
     else:

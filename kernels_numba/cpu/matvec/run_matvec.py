@@ -24,7 +24,7 @@ from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WO
 from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.matvec.run_dot import run_row_range
-from kernels_numba.cpu.matvec.run_layout import FOLDED_POSITIONS, MIN_GROUP_RUNS, RUN_VALUES, ZERO_POINTS, group_runs
+from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_POSITIONS, RUN_VALUES, ZERO_POINTS, group_runs
 
 ROWS_PER_GROUP = 4
 LAYOUT_CODES = tuple(RUN_VALUES)  # the run codes, R_Q5_0 first
@@ -94,7 +94,7 @@ def run_activations(code, quants, scales):
                 run = first_run + lane
                 total = np.int32(0)
                 for j in range(run_length // LANE_VALUES):
-                    position = FOLDED_POSITIONS[j] if width == MIN_GROUP_RUNS else j  # x folded like the weights
+                    position = FOLDED_POSITIONS[j] if width <= FOLDED_MAX_RUNS else j  # x folded like the weights
                     for b in range(LANE_VALUES):
                         value = quants[t, run * run_length + LANE_VALUES * j + b]
                         grouped[t, base + LANE_VALUES * (width * position + lane) + b] = value
