@@ -6,11 +6,13 @@ run them, so `pocket --help`, `--version`, `list`, `info` and `tokenize` never l
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+RUN_LAYOUT_DIR_ENV = "POCKET_RUN_LAYOUT_DIR"  # run_layout_store.DIR_ENV (not imported: that loads the kernels)
 
 
 def command_modules() -> tuple:
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     from .errors import USER_ERRORS
 
+    keep_run_layouts()
     try:
         return args.run(args)
     except KeyboardInterrupt:
@@ -58,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except BrokenPipeError:
         return 0
+
+
+def keep_run_layouts() -> None:
+    """Let the CPU kernels keep regrouped weights in the user cache dir (a warm start maps them instead of
+    regrouping: run_layout_store.py), unless the environment names another folder."""
+    from . import paths
+
+    os.environ.setdefault(RUN_LAYOUT_DIR_ENV, str(paths.run_layout_dir()))
 
 
 def entry_point() -> None:

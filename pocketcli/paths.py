@@ -24,6 +24,16 @@ def models_dir() -> Path:
     return _dir("POCKET_MODELS_DIR", str(data_dir() / "models"))
 
 
+def cache_dir() -> Path:
+    """Files that can be made again (regrouped weights); POCKET_CACHE_DIR overrides."""
+    return _dir("POCKET_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def run_layout_dir() -> Path:
+    """The CPU kernels' regrouped weights, kept between runs (kernels_numba/cpu/matvec/run_layout_store.py)."""
+    return cache_dir() / "run_layout"
+
+
 def conversations_dir() -> Path:
     return data_dir() / "conversations"
 

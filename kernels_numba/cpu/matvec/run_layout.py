@@ -20,7 +20,8 @@ A group of G runs, per type (the same bytes per run as GGUF, so the copy is as b
   tail dots (run_dot) read as the even and the odd slices. Q8_0 has the layout only where the CPU has no AMX:
   there amx_matvec multiplies its GGUF rows (the LM heads), faster at every batch size than these dots.
 
-`run_weights(w)` makes the copy once per weight tensor (kept on it). It reads a mapped GGUF tensor with file reads,
+`run_weights(w)` makes the copy once per weight tensor (kept on it, and on disk where the CLI keeps a store:
+run_layout_store.py, so a warm start maps it instead of regrouping). It reads a mapped GGUF tensor with file reads,
 so the mapping's pages never become resident: the CPU kernels read only the copy, and resident memory does not
 grow (anything else that reads the mapping, a reference op or a GPU upload, faults its pages in as before).
 """
@@ -37,6 +38,7 @@ from numba.extending import register_jitable
 from gguf_loader.private_bytes import private_bytes
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
+from kernels_numba.cpu.matvec import run_layout_store
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 
 GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
@@ -254,10 +256,15 @@ def run_weights(w: WeightTensor) -> RunWeights | None:
     code = qt.TYPE_CODES.get(w.ggml_type)
     result = None
     if has_run_layout(w):
-        packed = repack(code, np.asarray(w.data), read_rows=private_bytes)
-        packed.flags.writeable = False
+        raw = np.asarray(w.data)
+        key = run_layout_store.layout_key(raw, RUN_CODES[code])
+        packed = run_layout_store.load_layout(key, raw.shape)  # kept by an earlier run
+        if packed is None:
+            packed = repack(code, raw, read_rows=private_bytes)
+            packed.flags.writeable = False
+            run_layout_store.save_layout(key, packed)
+            if _MALLOC_TRIM is not None:  # the repack's temporaries leave holes below the copy; give them back
+                _MALLOC_TRIM(0)
         result = RunWeights(RUN_CODES[code], packed)
-        if _MALLOC_TRIM is not None:  # the repack's temporaries leave holes below the copy; give them back
-            _MALLOC_TRIM(0)
     w.cpu_layouts["runs"] = result
     return result
