@@ -12,7 +12,7 @@ from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.engine.speculative import DFlashCheckpointError
 from pocketcli.engine.speculative.dflash_gguf import load_dflash_gguf
-from pocketcli.engine.speculative.dflash_model import load_dflash_checkpoint
+from pocketcli.models.dflash import load_dflash_checkpoint
 from pocketcli.sampling_params import SamplingParams
 from tests.models.tiny_gguf import finish_gguf, write_tiny_model
 from tests.spec.test_spec_dflash import (BLOCK, D, FF, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MASK, TARGET_LAYERS,

@@ -1,9 +1,9 @@
 """Speculative decoding: drafters propose tokens, the SpeculativeDecoder verifies them in one target forward."""
 from __future__ import annotations
 
+from ...models.dflash import DFlashCheckpointError, DFlashModel, load_dflash_checkpoint
 from .dflash_drafter import DFlashDrafter
 from .dflash_gguf import is_dflash_gguf, load_dflash_gguf
-from .dflash_model import DFlashCheckpointError, DFlashModel, load_dflash_checkpoint
 from .draft_model_drafter import DraftModelDrafter, VocabularyMismatchError, check_same_vocabulary
 from .drafter import Draft, Drafter
 from .ngram_drafter import NgramDrafter

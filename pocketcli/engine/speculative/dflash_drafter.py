@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...models.dflash import DFlashModel
 from ..sequence import Sequence
-from .dflash_model import DFlashModel
 from .drafter import Draft, Drafter
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from gguf_loader.reader import open_gguf
 from kernels_numba.reference import dequantize
 
-from .dflash_model import DFlashCheckpointError, DFlashConfig
+from ...models.dflash import DFlashCheckpointError, DFlashConfig
 
 DFLASH_ARCHS = ("dflash", "dflash-draft")
 TOP_LEVEL_NAMES = {  # z-lab name -> GGUF names, llama.cpp's first
