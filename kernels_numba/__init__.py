@@ -35,6 +35,31 @@ _BACKEND_MODULES = {
 }
 
 
+# Names above kernels_numba may use beyond the ops (host sampling, thread policy, the CPU kernels' size
+# thresholds, ahead-of-time compiling, the CUDA stream): public here, loaded from their backend module on first
+# use, so importing kernels_numba stays light and a backend can regroup its files without breaking the engine
+# (tests/test_import_graph.py: nothing above this package imports kernels_numba.cpu.* or .cuda.*).
+_PUBLIC_NAMES = {
+    "softmax_draw_rows": ("kernels_numba.cpu.softmax_draw", "softmax_draw_rows"),
+    "DRAW_BLOCK": ("kernels_numba.cpu.softmax_draw", "DRAW_BLOCK"),
+    "NO_TOKEN": ("kernels_numba.cpu.softmax_draw", "NO_TOKEN"),
+    "FreeCoreThreads": ("kernels_numba.cpu.free_cores", "FreeCoreThreads"),
+    "MIN_BLOCKED_QUERIES": ("kernels_numba.cpu.attention", "MIN_BLOCKED_QUERIES"),
+    "MAX_RUN_TOKENS": ("kernels_numba.cpu.matvec.dispatch", "MAX_RUN_TOKENS"),
+    "PARALLEL_MIN_WORK": ("kernels_numba.cpu.parallel_policy", "PARALLEL_MIN_WORK"),
+    "leaf_jobs": ("kernels_numba.cpu.matvec.dispatch", "leaf_jobs"),
+    "compile_leaf": ("kernels_numba.cpu.matvec.dispatch", "compile_leaf"),
+    "current_cuda_stream": ("kernels_numba.cuda.launch_stream", "current_stream"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC_NAMES:
+        raise AttributeError(f"module 'kernels_numba' has no attribute {name!r}")
+    module_name, attribute = _PUBLIC_NAMES[name]
+    return getattr(importlib.import_module(module_name), attribute)
+
+
 def get_ops(backend: str) -> ModuleType:
     """The ops module of a backend: `reference` (numpy oracle), `cpu` (numba) or `cuda` (numba-cuda)."""
     module_name = _BACKEND_MODULES.get(backend)
@@ -44,4 +69,4 @@ def get_ops(backend: str) -> ModuleType:
     return importlib.import_module(module_name)
 
 
-__all__ = ["get_ops", "UnsupportedQuantType"]
+__all__ = ["get_ops", "UnsupportedQuantType", *_PUBLIC_NAMES]

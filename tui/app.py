@@ -52,3 +52,9 @@ class ChatApp(App):
 def make_app(session: ChatSession | None = None, **session_options) -> ChatApp:
     """The chat app for `session`, or for a new ChatSession(**session_options) (model=..., settings=...)."""
     return ChatApp(session or ChatSession(**session_options))
+
+
+def run_chat_app(session: ChatSession) -> int:
+    """`pocket chat`'s entry into the app (named by pocketcli.commands.chat.CHAT_APP): run until the user quits."""
+    make_app(session=session).run()
+    return 0

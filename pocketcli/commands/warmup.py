@@ -56,7 +56,7 @@ def make_progress():
 
 def model_leaf_jobs(args: argparse.Namespace) -> list:
     """The leaf kernels (dispatch.LeafJob) the model's weights need on this CPU tier, over 1..-b tokens."""
-    from kernels_numba.cpu.matvec.dispatch import leaf_jobs
+    from kernels_numba import leaf_jobs
 
     from ..model_source import open_model_file
     from ..registry import resolve_model
@@ -67,7 +67,7 @@ def model_leaf_jobs(args: argparse.Namespace) -> list:
 
 def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:
     """Phase 1: the model's leaf kernels, each compiled into numba's cache by a worker process."""
-    from kernels_numba.cpu.matvec.dispatch import compile_leaf
+    from kernels_numba import compile_leaf
 
     from ..cache_save_lock import CAN_LOCK, lock_cache_saves
 

@@ -6,8 +6,7 @@ import numpy as np
 
 from gguf_loader import GGUFFile, UnsupportedModelError
 from gguf_loader.hparams import ModelHParams, read_hparams
-from kernels_numba import get_ops
-from kernels_numba.cpu.free_cores import FreeCoreThreads
+from kernels_numba import FreeCoreThreads, get_ops
 from kernels_numba.kv_type import kv_type_named
 
 from ..config import EngineConfig
@@ -41,7 +40,9 @@ def check_tensor_types(model_file: GGUFFile, supported_types) -> None:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None):
+    def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None, rank_group_factory=None):
+        """rank_group_factory(model_file, hparams, config, ops) starts the ranks of --tp N
+        (pocketcli.parallel.make_rank_group): tensor parallelism comes from outside, the engine never imports it."""
         self.config = config
         self.model_file = model_file or open_model_file(config.model_path)  # GGUF file or HF directory
         metadata = self.model_file.metadata
@@ -50,7 +51,7 @@ class LLMEngine:
         self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
-        self.rank_group = self._start_rank_group(ops)  # None unless --tp > 1
+        self.rank_group = self._start_rank_group(ops, rank_group_factory)  # None unless --tp > 1
         # --tp ranks keep their fixed share of the cores
         self.free_core_threads = (FreeCoreThreads(numba.config.NUMBA_NUM_THREADS)
                                   if config.follow_free_cores and self.rank_group is None else None)
@@ -84,12 +85,13 @@ class LLMEngine:
         if not getattr(ops, "ON_DEVICE", False):
             check_kv_cache_fits(num_tokens, bytes_per_token, self.config.kv_type, available_ram_bytes())
 
-    def _start_rank_group(self, ops):
+    def _start_rank_group(self, ops, rank_group_factory):
         if self.config.tp_size == 1:
             return None
-        from ..parallel.rank_group import RankGroup  # rank processes 1..n-1; this process is rank 0
-
-        return RankGroup(self.model_file, self.hparams, self.config, ops)
+        if rank_group_factory is None:
+            raise ValueError(f"--tp {self.config.tp_size} needs LLMEngine(..., rank_group_factory="
+                             "pocketcli.parallel.make_rank_group)")
+        return rank_group_factory(self.model_file, self.hparams, self.config, ops)  # ranks 1..n-1; this is rank 0
 
     def close(self) -> None:
         """Stop the tensor-parallel rank processes (also done at exit); a plain engine has nothing to close."""

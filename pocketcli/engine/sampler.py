@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels_numba.cpu.softmax_draw import DRAW_BLOCK, NO_TOKEN, softmax_draw_rows
+from kernels_numba import DRAW_BLOCK, NO_TOKEN, softmax_draw_rows
 
 from ..sampling_params import SamplingParams
 

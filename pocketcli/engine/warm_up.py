@@ -9,9 +9,7 @@ Gemma 3's 640 wide rows: 1.7 s of warm-up with the kernels cached).
 """
 from __future__ import annotations
 
-from kernels_numba.cpu.attention import MIN_BLOCKED_QUERIES
-from kernels_numba.cpu.matvec.dispatch import MAX_RUN_TOKENS
-from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK
+from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES, PARALLEL_MIN_WORK
 
 from ..sampling_params import SamplingParams
 

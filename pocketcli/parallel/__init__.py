@@ -6,4 +6,12 @@ loads), `ShardedModelFile` hands a model those slices, `TensorParallelOps` adds 
 """
 from .errors import TensorParallelError
 
-__all__ = ["TensorParallelError"]
+
+def make_rank_group(model_file, hparams, config, ops):
+    """LLMEngine's rank_group_factory: rank 0's RankGroup for --tp N (imported only when N > 1)."""
+    from .rank_group import RankGroup
+
+    return RankGroup(model_file, hparams, config, ops)
+
+
+__all__ = ["TensorParallelError", "make_rank_group"]

@@ -52,6 +52,6 @@ class NcclCommunicator:
 
     @staticmethod
     def _stream():
-        from kernels_numba.cuda.launch_stream import current_stream
+        from kernels_numba import current_cuda_stream
 
-        return current_stream()
+        return current_cuda_stream()
