@@ -1,0 +1,62 @@
+"""The three backends export the same ops with the same parameters; what one backend has beyond the others is
+listed here by name, so a new op added to one backend only fails until it is added to the others (issue 27).
+
+kernels_numba.cuda imports without a GPU (numba-cuda needs a device only to launch), so this runs everywhere.
+"""
+import inspect
+import types
+
+import pytest
+
+from kernels_numba import get_ops
+
+# The CUDA path's device glue, which the reference and the CPU do not have yet: arithmetic between ops that keeps
+# arrays on the device (models/base.py calls it when ops.ON_DEVICE), device memory, and on-device sampling.
+CUDA_ONLY = {"add", "add_bias", "scale", "split_columns", "assign", "concat_columns", "concat_rows", "copy_array",
+             "fill_zeros", "repeat_rows", "to_device", "to_host", "zeros", "is_device_array", "upload_weight",
+             "uploaded_bytes", "argmax", "top_k", "top_k_on_device",
+             "install_locked_shared_arrays", "install_simulated_shuffles"}  # the last two: under the simulator
+CPU_ONLY = {"decode_layer", "plan_decode_layer",  # one fused decode layer (models/decode_split.py)
+            "clear_stale_numba_cache"}
+REFERENCE_ONLY = {"rope_angles", "quantize_kv_rows", "dequantize_kv_rows", "kv_type_of", "is_visible"}  # helpers
+
+
+def ops(module) -> dict:
+    """The functions a backend module offers: public callables of kernels_numba, classes and modules left out."""
+    found = {}
+    for name in dir(module):
+        value = getattr(module, name)
+        if name.startswith("_") or isinstance(value, (types.ModuleType, type)) or not callable(value):
+            continue
+        if str(getattr(value, "__module__", "")).startswith("kernels_numba"):
+            found[name] = value
+    return found
+
+
+def parameters(function) -> list[tuple[str, object, object]]:
+    """Names, kinds and defaults (annotations may be strings in one module and types in another)."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+@pytest.fixture(scope="module")
+def backends():
+    pytest.importorskip("numba.cuda")
+    return {name: ops(get_ops(name)) for name in ("reference", "cpu", "cuda")}
+
+
+def test_every_backend_has_the_shared_op_set(backends):
+    extras = {"reference": REFERENCE_ONLY, "cpu": CPU_ONLY, "cuda": CUDA_ONLY}
+    shared = set(backends["reference"]) - REFERENCE_ONLY
+    for name, found in backends.items():
+        assert set(found) - extras[name] == shared, (name, sorted(set(found) ^ (shared | extras[name])))
+
+
+def test_shared_ops_take_the_same_parameters(backends):
+    for name in set(backends["reference"]) - REFERENCE_ONLY:
+        assert parameters(backends["cpu"][name]) == parameters(backends["reference"][name]), name
+        assert parameters(backends["cuda"][name]) == parameters(backends["reference"][name]), name
+
+
+def test_every_backend_lists_its_supported_types(backends):
+    for name in ("reference", "cpu", "cuda"):
+        assert get_ops(name).SUPPORTED_TYPES, name
