@@ -4,6 +4,7 @@ import functools
 import numpy as np
 from numba import njit, prange, types
 
+from gguf_loader.private_bytes import private_rows
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.ir.native_call import handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, ROW_IDS_TYPE, WEIGHTS_TYPE
@@ -69,21 +70,27 @@ def dequantize_rows(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray | None
     if w.fp8 is not None:  # FP8 E4M3 hook (HF checkpoints): kernels live in kernels_numba/cpu/matvec/fp8.py
         from kernels_numba.cpu.matvec.fp8 import fp8_dequantize_rows
         return fp8_dequantize_rows(w, row_ids, out)
-    code = type_code_of(w)
+    row_ids = _checked_row_ids(w, row_ids)
+    return _decoded_rows(type_code_of(w), readonly_bytes(w), row_ids, w.row_length, out)
+
+
+def _checked_row_ids(w: WeightTensor, row_ids: np.ndarray) -> np.ndarray:
     row_ids = np.ascontiguousarray(row_ids, dtype=np.int64).reshape(-1)
     if row_ids.size and (row_ids.min() < 0 or row_ids.max() >= w.num_rows):
         raise IndexError(f"row id out of range for {w.name!r} with {w.num_rows} rows")
+    return row_ids
+
+
+def _decoded_rows(code: int, data: np.ndarray, row_ids: np.ndarray, row_length: int,
+                  out: np.ndarray | None) -> np.ndarray:
+    """Rows row_ids (checked) of read-only `data` decoded as type `code` into out (float32 [n, row_length])."""
     if out is None:
-        out = np.empty((row_ids.size, w.row_length), dtype=np.float32)
+        out = np.empty((row_ids.size, row_length), dtype=np.float32)
     if not out.flags.c_contiguous:  # the leaf takes C-contiguous rows
-        return _decoded_into(w, row_ids, out)
-    chunks = num_chunks(row_ids.size) if use_threads(row_ids.size * w.row_length) else 1
-    decode_rows_by_kernel(decode_rows_kernel(code), readonly_bytes(w), row_ids, out, chunks)
-    return out
-
-
-def _decoded_into(w: WeightTensor, row_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
-    out[...] = dequantize_rows(w, row_ids)
+        out[...] = _decoded_rows(code, data, row_ids, row_length, None)
+        return out
+    chunks = num_chunks(row_ids.size) if use_threads(row_ids.size * row_length) else 1
+    decode_rows_by_kernel(decode_rows_kernel(code), data, row_ids, out, chunks)
     return out
 
 
@@ -93,5 +100,12 @@ def dequantize(w: WeightTensor) -> np.ndarray:
 
 
 def embedding(token_ids: np.ndarray, w: WeightTensor, out: np.ndarray | None = None) -> np.ndarray:
-    """Token embedding lookup, float32 [n, dim]: row token_ids[i] of the (possibly quantized) matrix `w`."""
+    """Token embedding lookup, float32 [n, dim]: row token_ids[i] of the (possibly quantized) matrix `w`. A mapped
+    matrix's rows are read from the file (private_rows): through the mapping, a 512-token prompt made 107 MB of the
+    default model's 178 MB table resident, beside the LM head's private copy of the same table."""
+    if w.fp8 is None:
+        row_ids = _checked_row_ids(w, token_ids)
+        rows = private_rows(np.asarray(w.data), row_ids)
+        if rows is not None:
+            return _decoded_rows(type_code_of(w), _readonly(rows), np.arange(row_ids.size), w.row_length, out)
     return dequantize_rows(w, token_ids, out=out)
