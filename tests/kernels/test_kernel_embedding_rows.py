@@ -9,7 +9,7 @@ from kernel_test_data import random_row_bytes
 from gguf_loader.private_bytes import private_rows
 from gguf_loader.weight_tensor import make_weight_tensor
 from kernels_numba import get_ops
-from resident_memory import resident_kib
+from tests.kernels.resident_memory import resident_kib
 
 
 def _mapped_table(tmp_path, ggml_type, rows, cols, lead_bytes=100):

@@ -21,6 +21,7 @@ from kernels_numba.cpu.matvec.run_layout import RUN_CODES, ZERO_POINTS, groups_o
 from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_activations
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
+from tests.kernels.resident_memory import resident_kib
 
 pytestmark = pytest.mark.skipif(not dispatch.USE_RUN_LAYOUT, reason="the run layout needs integer dot instructions")
 
@@ -106,19 +107,6 @@ def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     assert odd.cpu_layouts["runs"] is None
 
 
-def _resident_kib(path: str) -> int:
-    """Resident KiB of this process's mappings of `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
-                inside = len(fields) >= 6 and fields[5] == path
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1])
-    return total
-
-
 def test_private_bytes_copies_a_mapped_tensor_with_file_reads(tmp_path):
     payload = np.random.default_rng(1).integers(0, 256, 3 * 4096 + 100, dtype=np.uint8)
     path = tmp_path / "weights.bin"
@@ -129,9 +117,9 @@ def test_private_bytes_copies_a_mapped_tensor_with_file_reads(tmp_path):
     assert copy.base is None and copy.flags.writeable and copy.shape == (2, 1000)
     np.testing.assert_array_equal(copy, payload[4096 + 7:4096 + 7 + 2000].reshape(2, 1000))
     if os.path.exists("/proc/self/smaps"):  # the mapping's pages were never faulted in
-        assert _resident_kib(str(path)) == 0
+        assert resident_kib(str(path)) == 0
         int(view.sum())  # reading through the mapping does fault them in: the measure works
-        assert _resident_kib(str(path)) > 0
+        assert resident_kib(str(path)) > 0
     plain = np.arange(10, dtype=np.uint8)[::2]  # not a mapping, not contiguous: an ordinary copy
     np.testing.assert_array_equal(private_bytes(plain), plain)
 
