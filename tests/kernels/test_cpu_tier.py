@@ -218,3 +218,33 @@ def test_tier_set_after_numba_compiled_warns(tmp_path):
         import kernels_numba
     """, child_env(tmp_path, POCKET_CPU_TIER="avx2"))
     assert "CpuTierWarning: numba's CPU target was made before the avx2 CPU tier was set" in completed.stderr
+
+
+VNNI_PROBE = """
+import warnings
+warnings.simplefilter("ignore")  # the tier is for compiling only where the CPU lacks AVX-VNNI
+import kernels_numba
+from numba import njit, types
+from kernels_numba.cpu.matvec import int8_dot
+
+dot4 = int8_dot.dots_of_kind("Q4_0")[0]
+
+
+@njit
+def dots(data, quants, scales, starts, sums):
+    return dot4(data, 0, 0, 0, 0, quants, scales, starts, sums, 0, 0)
+
+
+dots.compile((types.Array(types.uint8, 2, "C", readonly=True), types.Array(types.int8, 2, "C"),
+              types.Array(types.float32, 2, "C"), types.Array(types.int32, 2, "C"), types.Array(types.float32, 2, "C")))
+print(dots.inspect_asm(dots.signatures[0]))
+"""
+
+
+def test_the_avxvnni_tier_uses_vex_vpdpbusd_on_256_bit_registers(tmp_path):
+    """Compiled only (this CPU may lack AVX-VNNI): the 8-bit dots of the avxvnni tier are VEX-encoded vpdpbusd on
+    ymm registers, with no AVX-512 instruction or register."""
+    assembly = run_child(VNNI_PROBE, child_env(tmp_path, POCKET_CPU_TIER="avxvnni")).stdout
+    vnni_lines = [line for line in assembly.splitlines() if "vpdpbusd" in line]
+    assert vnni_lines and all("{vex}" in line and "%ymm" in line for line in vnni_lines)
+    assert "zmm" not in assembly and "%k1" not in assembly
