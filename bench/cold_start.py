@@ -7,7 +7,7 @@ compiles included, and exclusive seconds, nested compiles taken out). `--tier av
 lets the CPU pick; `--warm` keeps the cache of a first run and measures a second one. Each run gets its own empty
 cache directory unless `--cache-dir` names one.
 
-    python bench/cold_start.py [--tier native|avx2|avx512|amx] [--runs 1] [--warm] [-n 8] [--json]
+    python bench/cold_start.py [--tier native|avx2|avx512|amx] [--runs 1] [--warm] [-n 8] [--kv-type T] [--json]
 """
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ def run_once(args: argparse.Namespace, cache_dir: Path) -> dict:
                "--temperature", "0"]
     if args.model:
         command += ["-m", args.model]
+    if args.kv_type:
+        command += ["--kv-type", args.kv_type]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -117,6 +119,7 @@ def main() -> None:
     parser.add_argument("-m", "--model", default=None)
     parser.add_argument("-p", "--prompt", default="The capital of France is")
     parser.add_argument("-n", "--n-predict", type=int, default=8)
+    parser.add_argument("--kv-type", default=None, help="pocket generate's --kv-type (default: its default, f16)")
     parser.add_argument("--runs", type=int, default=1, help="cold runs, each with a new empty cache")
     parser.add_argument("--warm", action="store_true", help="also time a second run on the first run's cache")
     parser.add_argument("--top", type=int, default=15, help="costliest compiles to list")

@@ -4,7 +4,8 @@ A cache of type f32 holds float32 rows [blocks, block_size, kv_heads, head_dim];
 uint8 [blocks, block_size, kv_heads, row_bytes], one head's keys (or values) of one token a row:
 - f16 / bf16: 2 bytes a value (IEEE half / the top half of a float32, rounded to nearest even);
 - q8_0 / q4_0: ggml's blocks of 32 values (d f16 | 32 int8; d f16 | 16 bytes of nibbles), quantized as llama.cpp's
-  quantize_row_q8_0 / q4_0 reference does;
+  quantize_row_q8_0 / q4_0 reference does; q4_0 blocks hold the orthonormal Walsh-Hadamard transform of the 32
+  values (read back through the same transform, its own inverse: reference_kv.hadamard_blocks);
 - fp8: blocks of 32 E4M3 bytes after an f16 scale (amax / 448) per head and block of 32 values.
 """
 from __future__ import annotations

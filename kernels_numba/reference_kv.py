@@ -37,8 +37,27 @@ def _quantize_q8_0(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([_half_bits(d), q.view(np.uint8)], axis=-1)
 
 
+HADAMARD_SCALE = np.float32(1.0 / np.sqrt(VALUES_PER_BLOCK))
+
+
+def hadamard_blocks(blocks: np.ndarray) -> np.ndarray:
+    """The orthonormal Walsh-Hadamard transform of each block of 32 values [..., 32] (its own inverse), by
+    butterflies in float32 in the order the CPU and CUDA kernels use: q4_0 stores the transform of each block, so
+    an outlier's share spreads over the block and the small values keep more of their 4 bits."""
+    x = np.array(blocks, dtype=np.float32)
+    span = 1
+    while span < VALUES_PER_BLOCK:
+        pairs = x.reshape(x.shape[:-1] + (VALUES_PER_BLOCK // (2 * span), 2, span))
+        low, high = pairs[..., 0, :].copy(), pairs[..., 1, :].copy()
+        pairs[..., 0, :], pairs[..., 1, :] = low + high, low - high
+        span *= 2
+    return x * HADAMARD_SCALE
+
+
 def _quantize_q4_0(blocks: np.ndarray) -> np.ndarray:
-    """llama.cpp's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8, q = min(15, (x / d) + 8.5)."""
+    """llama.cpp's quantize_row_q4_0_ref of the blocks' Hadamard transforms: d = (the value of largest magnitude)
+    / -8, q = min(15, (x / d) + 8.5)."""
+    blocks = hadamard_blocks(blocks)
     at = np.abs(blocks).argmax(axis=-1)[..., None]
     d = (np.take_along_axis(blocks, at, axis=-1) / np.float32(-8.0)).astype(np.float32)
     q = np.minimum(np.floor(blocks * _inverse(d) + np.float32(8.5)), 15).astype(np.uint8)
@@ -100,4 +119,6 @@ def dequantize_kv_rows(data: np.ndarray, code: int) -> np.ndarray:
         from kernels_numba.reference import _decode_rows  # (reference imports this module)
 
         values = _decode_rows(_GGML_TYPES[code], flat, width)
+        if code == Q4_0:  # stored as the blocks' transforms: transformed back
+            values = hadamard_blocks(values.reshape(-1, VALUES_PER_BLOCK))
     return values.reshape(data.shape[:-1] + (width,)).astype(np.float32)

@@ -17,6 +17,7 @@ from kernels_numba.cpu.matvec.block_decode import decode_bf16, decode_f16, decod
 from kernels_numba.kv_type import BF16, F16, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK
 
 E4M3_MAX = np.float32(448.0)
+HADAMARD_SCALE = np.float32(1.0 / np.sqrt(VALUES_PER_BLOCK))
 E4M3_MIN_NORMAL = 2.0 ** -6
 _HALF = np.float32(0.5)
 
@@ -76,19 +77,38 @@ def _encode_q8_0(values, row):
 
 
 @njit(cache=True)
+def hadamard_block(x, first):
+    """x[first:first+32] -> its orthonormal Walsh-Hadamard transform, in place (reference_kv.hadamard_blocks: the
+    same butterflies in the same order, so the same float32 bits)."""
+    span = 1
+    while span < VALUES_PER_BLOCK:
+        for start in range(first, first + VALUES_PER_BLOCK, 2 * span):
+            for j in range(start, start + span):
+                low, high = x[j], x[j + span]
+                x[j], x[j + span] = low + high, low - high
+        span *= 2
+    for j in range(first, first + VALUES_PER_BLOCK):
+        x[j] *= HADAMARD_SCALE
+
+
+@njit(cache=True)
 def _encode_q4_0(values, row):
+    rotated = np.empty(VALUES_PER_BLOCK, dtype=np.float32)
     for blk in range(values.size // VALUES_PER_BLOCK):
         first, base = VALUES_PER_BLOCK * blk, 18 * blk
-        amax, peak = np.float32(0.0), values[first]  # the first value of largest magnitude, as llama.cpp
         for j in range(VALUES_PER_BLOCK):
-            if abs(values[first + j]) > amax:
-                amax, peak = abs(values[first + j]), values[first + j]
+            rotated[j] = values[first + j]
+        hadamard_block(rotated, 0)
+        amax, peak = np.float32(0.0), rotated[0]  # the first value of largest magnitude, as llama.cpp
+        for j in range(VALUES_PER_BLOCK):
+            if abs(rotated[j]) > amax:
+                amax, peak = abs(rotated[j]), rotated[j]
         d = peak / np.float32(-8.0)
         inverse = _inverse(d)
         _write_half(row, base, d)
         for j in range(VALUES_PER_BLOCK // 2):
-            low = min(15, np.int32(math.floor(values[first + j] * inverse + np.float32(8.5))))
-            high = min(15, np.int32(math.floor(values[first + 16 + j] * inverse + np.float32(8.5))))
+            low = min(15, np.int32(math.floor(rotated[j] * inverse + np.float32(8.5))))
+            high = min(15, np.int32(math.floor(rotated[16 + j] * inverse + np.float32(8.5))))
             row[base + 2 + j] = np.uint8(low | (high << 4))
 
 
@@ -165,6 +185,8 @@ def decode_kv_row(row, kv_type, out):
         decode_q8_0(row, out)
     elif kv_type == Q4_0:
         decode_q4_0(row, out)
+        for first in range(0, out.size, VALUES_PER_BLOCK):  # stored as the blocks' transforms
+            hadamard_block(out, first)
     else:
         decode_fp8(row, out)
 

@@ -14,7 +14,8 @@ from gguf_loader.fp8_layout import E4M3_TABLE
 from kernels_numba.cuda.half import float_from_bits, half_to_float
 from kernels_numba.kv_type import BF16, F16, F32, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK
 
-E4M3_VALUES = np.nan_to_num(E4M3_TABLE, nan=480.0)  # 0x7f / 0xff: never written (the encoder saturates at 448)
+E4M3_VALUES = np.nan_to_num(E4M3_TABLE, nan=480.0)
+HADAMARD_SCALE = np.float32(1.0 / np.sqrt(VALUES_PER_BLOCK))  # 0x7f / 0xff: never written (the encoder saturates at 448)
 
 
 @cuda.jit(device=True)
@@ -35,15 +36,44 @@ def kv_value(cache, kv_type, block, offset, head, d):
         return float_from_bits(bits << 16)
     j = d % VALUES_PER_BLOCK
     if kv_type == Q4_0:
-        base = (d // VALUES_PER_BLOCK) * 18
-        byte = np.int32(cache[block, offset, head, base + 2 + j % 16])
-        nibble = (byte & 15) if j < 16 else (byte >> 4)
-        return read_half_at(cache, block, offset, head, base) * np.float32(nibble - 8)
+        return _q4_0_value(cache, block, offset, head, d // VALUES_PER_BLOCK, j)
     base = (d // VALUES_PER_BLOCK) * 34
     code = np.int32(cache[block, offset, head, base + 2 + j])
     if kv_type == Q8_0:
         return np.float32(code - 256 if code > 127 else code) * read_half_at(cache, block, offset, head, base)
     return E4M3_VALUES[code] * read_half_at(cache, block, offset, head, base)
+
+
+@cuda.jit(device=True)
+def _q4_0_value(cache, block, offset, head, unit, j):
+    """Value j of q4_0 block `unit`: the blocks hold Walsh-Hadamard transforms (reference_kv.hadamard_blocks), so
+    value j = HADAMARD_SCALE * sum over i of (-1)^popcount(i & j) * stored value i (the same up to rounding)."""
+    base = unit * 18
+    d = read_half_at(cache, block, offset, head, base)
+    total = np.float32(0.0)
+    for i in range(VALUES_PER_BLOCK):
+        byte = np.int32(cache[block, offset, head, base + 2 + i % 16])
+        stored = d * np.float32(((byte & 15) if i < 16 else (byte >> 4)) - 8)
+        parity, bits = 0, i & j
+        while bits:
+            parity ^= bits & 1
+            bits >>= 1
+        total += -stored if parity else stored
+    return total * HADAMARD_SCALE
+
+
+@cuda.jit(device=True)
+def hadamard_block(x):
+    """x[0:32] (a local array) -> its orthonormal Walsh-Hadamard transform, by the CPU's butterflies in its order."""
+    span = 1
+    while span < VALUES_PER_BLOCK:
+        for start in range(0, VALUES_PER_BLOCK, 2 * span):
+            for j in range(start, start + span):
+                low, high = x[j], x[j + span]
+                x[j], x[j + span] = low + high, low - high
+        span *= 2
+    for j in range(VALUES_PER_BLOCK):
+        x[j] *= HADAMARD_SCALE
 
 
 @cuda.jit(device=True)
@@ -101,14 +131,13 @@ def round_away(v):
 
 
 @cuda.jit(device=True)
-def _block_scale(values, token, head, first, kv_type):
+def _block_scale(block_values, kv_type):
     """The block's scale before fp16 rounding: amax / 127 (q8_0), amax / 448 (fp8), the largest-magnitude value / -8
     (q4_0, the first of equals, as llama.cpp)."""
-    amax, peak = np.float32(0.0), values[token, head, first]
+    amax, peak = np.float32(0.0), block_values[0]
     for j in range(VALUES_PER_BLOCK):
-        x = values[token, head, first + j]
-        if abs(x) > amax:
-            amax, peak = abs(x), x
+        if abs(block_values[j]) > amax:
+            amax, peak = abs(block_values[j]), block_values[j]
     if kv_type == Q8_0:
         return amax / np.float32(127.0)
     if kv_type == Q4_0:
@@ -136,7 +165,12 @@ def store_block(values, token, head, unit, cache, kv_type, block, offset):
 
 @cuda.jit(device=True)
 def _store_scaled_block(values, token, head, first, cache, kv_type, block, offset):
-    d = _block_scale(values, token, head, first, kv_type)
+    block_values = cuda.local.array(VALUES_PER_BLOCK, np.float32)
+    for j in range(VALUES_PER_BLOCK):
+        block_values[j] = values[token, head, first + j]
+    if kv_type == Q4_0:
+        hadamard_block(block_values)  # q4_0 stores the block's transform
+    d = _block_scale(block_values, kv_type)
     if kv_type == FP8:
         d = half_to_float(half_bits(d))  # fp8 divides by the scale it stores
     inverse = np.float32(1.0) / d if d != 0 else np.float32(0.0)
@@ -144,10 +178,10 @@ def _store_scaled_block(values, token, head, first, cache, kv_type, block, offse
     _write_half(cache, block, offset, head, base, d)
     if kv_type == Q4_0:
         for j in range(VALUES_PER_BLOCK // 2):
-            low = min(15, int(math.floor(values[token, head, first + j] * inverse + np.float32(8.5))))
-            high = min(15, int(math.floor(values[token, head, first + 16 + j] * inverse + np.float32(8.5))))
+            low = min(15, int(math.floor(block_values[j] * inverse + np.float32(8.5))))
+            high = min(15, int(math.floor(block_values[16 + j] * inverse + np.float32(8.5))))
             cache[block, offset, head, base + 2 + j] = low | (high << 4)
         return
     for j in range(VALUES_PER_BLOCK):
-        v = values[token, head, first + j] * inverse
+        v = block_values[j] * inverse
         cache[block, offset, head, base + 2 + j] = (int(round_away(v)) & 0xFF) if kv_type == Q8_0 else e4m3_code(v)

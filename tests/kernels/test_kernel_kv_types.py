@@ -7,15 +7,14 @@ from kernels_numba import get_ops
 from kernels_numba.cpu import attention, prefill_attention
 from kernels_numba.cpu.kv_row import decode_kv_row, encode_kv_row
 from kernels_numba.kv_type import F32, KV_TYPES, make_kv_layer
-from kernels_numba.reference_kv import dequantize_kv_rows, e4m3_codes, quantize_kv_rows
+from kernels_numba.reference_kv import dequantize_kv_rows, e4m3_codes, hadamard_blocks, quantize_kv_rows
 from gguf_loader.fp8_layout import E4M3_TABLE
 from tests.kernels.test_kernel_attention import make_paged_batch
 
 cpu, reference = get_ops("cpu"), get_ops("reference")
 STORED_TYPES = [name for name, t in KV_TYPES.items() if t.code != F32]
-# worst |decoded - value| / max |value| of a row: the rounding each type allows (q4_0: a whole step of max/8 at the
-# end opposite the largest value, which q4_0 clips to 7 steps)
-ROW_ERROR = {"f32": 0.0, "f16": 5e-4, "bf16": 4e-3, "q8_0": 4e-3 + 1 / 254, "q4_0": 1 / 8 + 1e-3, "fp8": 0.07}
+# worst |decoded - value| / max |value| of a row: the rounding each type allows
+ROW_ERROR = {"f32": 0.0, "f16": 5e-4, "bf16": 4e-3, "q8_0": 4e-3 + 1 / 254, "fp8": 0.07}
 
 
 def awkward_rows(rng, width=64):
@@ -39,8 +38,20 @@ def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name):
         decode_kv_row(got[r], code, decoded[r])
     assert np.array_equal(got, expected)
     assert np.array_equal(decoded, dequantize_kv_rows(expected, code))
+    if name == "q4_0":  # rounded in the Hadamard domain: bounded there, and the transform keeps L2 norms
+        rotated = hadamard_blocks(rows.reshape(-1, 32))
+        error = np.linalg.norm((decoded - rows).reshape(-1, 32), axis=1)
+        assert (error <= np.sqrt(32) * np.abs(rotated).max(axis=1) / 8 * 1.001 + 1e-6).all()
+        return
     scale = np.abs(rows).max(axis=1, keepdims=True)
     assert (np.abs(decoded - rows) <= ROW_ERROR[name] * scale).all()
+
+
+def test_hadamard_blocks_are_orthonormal_and_their_own_inverse():
+    x = np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32)
+    np.testing.assert_allclose(hadamard_blocks(hadamard_blocks(x)), x, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(hadamard_blocks(x), axis=1), np.linalg.norm(x, axis=1), rtol=1e-6)
+    assert np.allclose(hadamard_blocks(np.eye(32, dtype=np.float32)[:1]), 1 / np.sqrt(32))
 
 
 def test_e4m3_codes_are_the_nearest_values():
