@@ -65,7 +65,9 @@ def tier_environment(tier: str) -> dict[str, str]:
 
 def run_once(args: argparse.Namespace, cache_dir: Path) -> dict:
     log = cache_dir.parent / f"{cache_dir.name}-events.json"
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **tier_environment(args.tier)}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **tier_environment(args.tier),
+           # a fresh install has no regrouped weights kept either (run_layout_store.py); --warm reuses them
+           "POCKET_RUN_LAYOUT_DIR": str(cache_dir.parent / f"{cache_dir.name}-run-layout")}
     command = [sys.executable, "-c", _CHILD, str(log), "generate", "-p", args.prompt, "-n", str(args.n_predict),
                "--temperature", "0"]
     if args.model:
@@ -115,7 +117,7 @@ def cpu_name() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tier", default="native", choices=["native", "avx2", "avx512", "amx", "generic"])
+    parser.add_argument("--tier", default="native", choices=["native", "avx2", "avxvnni", "avx512", "amx", "generic"])
     parser.add_argument("-m", "--model", default=None)
     parser.add_argument("-p", "--prompt", default="The capital of France is")
     parser.add_argument("-n", "--n-predict", type=int, default=8)

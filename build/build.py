@@ -1,7 +1,7 @@
 """Build the one-file `pocket` binary with PyInstaller and print its size.
 
     python build/build.py [--distpath dist] [--workpath .pyinstaller-work] [--cuda auto|on|off] [--clean]
-                          [--kernel-tiers avx2,avx512,amx|none] [--kernel-model MODEL]
+                          [--kernel-tiers avx2,avxvnni,avx512,amx|none] [--kernel-model MODEL]
 
 PyInstaller's work files go to .pyinstaller-work/ (its default, ./build, is this source directory). The binary
 ships the kernels compiled for each CPU tier of --kernel-tiers (kernel_cache.py: minutes per tier), so its first
@@ -33,8 +33,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="bundle numba-cuda and NVIDIA's libraries (auto: when numba-cuda is installed)")
     parser.add_argument("--clean", action="store_true", help="drop PyInstaller's caches first")
     parser.add_argument("--kernel-tiers", type=kernel_cache.parse_tiers, default=kernel_cache.TIERS,
-                        help="CPU tiers whose compiled kernels the binary ships: some of avx2,avx512,amx, or none "
-                             "(default: all)")
+                        help="CPU tiers whose compiled kernels the binary ships: some of "
+                             "avx2,avxvnni,avx512,amx, or none (default: all)")
     parser.add_argument("--kernel-model", default=None, metavar="MODEL",
                         help="the model whose kernels are compiled for them (default: the registry's default)")
     return parser
