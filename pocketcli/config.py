@@ -23,7 +23,7 @@ class EngineConfig:
     draft_model_path: str | None = None  # --spec draft (same vocabulary) or --spec dflash (DFlash checkpoint)
     tp_size: int = 1  # tensor-parallel ranks (one process each; pocketcli/parallel)
     devices: tuple[int, ...] = ()  # CUDA ordinal of each rank (default 0..tp_size-1)
-    follow_free_cores: bool = False  # numba's thread count follows the cores other processes leave free (CLI default)
+    follow_free_cores: bool = False  # numba's thread count (at most the one at build) follows the free cores (CLI)
     # the KV cache's storage type (kernels_numba/kv_type.py: f32, f16, bf16, q8_0, q4_0, fp8). generate, chat, serve
     # and bench default to f16 (--kv-type); an engine built in code keeps exact float32 attention unless it asks
     kv_type: str = "f32"

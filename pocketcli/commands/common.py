@@ -44,7 +44,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
     parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
     parser.add_argument("-t", "--threads", type=int, default=0,
-                        help="CPU threads (default: the cores other processes leave free, re-checked as it runs)")
+                        help="most CPU threads; fewer while other processes keep cores busy, re-checked as it "
+                             "runs (default 0: all the cores)")
     parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
                         help="kernel backend (reference = slow numpy oracle, for debugging)")
     parser.add_argument("--kv-type", default="f16", metavar="TYPE",
@@ -81,14 +82,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parallel_config(args: argparse.Namespace, backend: str) -> dict:
-    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count) and the default --threads
-    (0: follow the free cores)."""
+    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count); the thread count follows the
+    free cores whatever --threads says (it is the most)."""
     devices = _parse_devices(getattr(args, "devices", None))
     if devices and backend != "cuda":
         raise UsageError("--devices picks CUDA devices: it needs --device cuda (CPU ranks take no device list)")
     tp_size = getattr(args, "tp", None)
     tp_size = tp_size if tp_size is not None else len(devices) or 1
-    return {"tp_size": tp_size, "devices": devices, "follow_free_cores": getattr(args, "threads", 1) == 0}
+    return {"tp_size": tp_size, "devices": devices, "follow_free_cores": True}
 
 
 def _parse_devices(text: str | None) -> tuple[int, ...]:
@@ -131,8 +132,10 @@ def make_engine(args: argparse.Namespace):
 
 
 def set_cpu_threads(num_threads: int) -> None:
-    """--threads N: exactly N (at most numba's pool); 0 leaves the pool's size, and the engine then follows the
-    cores other processes leave free (EngineConfig.follow_free_cores, kernels_numba.cpu.free_cores)."""
+    """--threads N: at most N (and numba's pool); 0 leaves the pool's size. The engine runs fewer while other
+    processes keep cores busy (EngineConfig.follow_free_cores, kernels_numba.cpu.free_cores): a parallel region
+    waits for its slowest thread, and a thread sharing a core with a busy process waits a time slice at each of the
+    ~180 regions of a token (tg128 at -t 2 beside one spinning process: 1.8 tok/s, at one thread 14)."""
     if num_threads < 0:
         raise UsageError(f"--threads must be >= 0, got {num_threads}")
     if num_threads:

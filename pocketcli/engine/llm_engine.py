@@ -52,8 +52,8 @@ class LLMEngine:
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
         self.rank_group = self._start_rank_group(ops, rank_group_factory)  # None unless --tp > 1
-        # --tp ranks keep their fixed share of the cores
-        self.free_core_threads = (FreeCoreThreads(numba.config.NUMBA_NUM_THREADS)
+        # at most the thread count set now (pocket -t N); --tp ranks keep their fixed share of the cores
+        self.free_core_threads = (FreeCoreThreads(numba.get_num_threads())
                                   if config.follow_free_cores and self.rank_group is None else None)
         self.model = self.rank_group.model if self.rank_group else make_model(self.model_file, self.hparams, ops)
         self.max_model_len = self._context_length()

@@ -1,6 +1,7 @@
-"""--threads: an explicit count is kept; the default follows the free cores (the engine's FreeCoreThreads)."""
+"""--threads N is the most threads: every count follows the free cores (the engine's FreeCoreThreads)."""
 import argparse
 
+import numba
 import pytest
 
 from pocketcli.commands.common import add_engine_arguments, parallel_config, set_cpu_threads
@@ -13,10 +14,9 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-@pytest.mark.parametrize("argv, follows", [((), True), (("-t", "0"), True), (("-t", "1"), False),
-                                           (("--threads", "2"), False)])
-def test_only_the_default_thread_count_follows_the_free_cores(argv, follows):
-    assert parallel_config(_parse(*argv), "cpu")["follow_free_cores"] is follows
+@pytest.mark.parametrize("argv", [(), ("-t", "0"), ("-t", "1"), ("--threads", "2")])
+def test_every_thread_count_follows_the_free_cores(argv):
+    assert parallel_config(_parse(*argv), "cpu")["follow_free_cores"] is True
 
 
 def test_negative_thread_count_is_a_usage_error():
@@ -24,12 +24,32 @@ def test_negative_thread_count_is_a_usage_error():
         set_cpu_threads(-1)
 
 
-def test_engine_follows_the_free_cores_only_when_asked(tmp_path):
-    """A library user's own numba.set_num_threads is left alone; the CLI default turns the policy on."""
-    from pocketcli.config import EngineConfig
-    from pocketcli.engine.llm_engine import LLMEngine
+@pytest.fixture
+def tiny_model(tmp_path) -> str:
     from tests.models.tiny_gguf import write_tiny_model
 
-    path = str(write_tiny_model(tmp_path / "tiny.gguf", "llama"))
-    assert LLMEngine(EngineConfig(model_path=path, ctx_size=64)).free_core_threads is None
-    assert LLMEngine(EngineConfig(model_path=path, ctx_size=64, follow_free_cores=True)).free_core_threads is not None
+    return str(write_tiny_model(tmp_path / "tiny.gguf", "llama"))
+
+
+def _free_core_threads(path: str, **config):
+    from pocketcli.config import EngineConfig
+    from pocketcli.engine.llm_engine import LLMEngine
+
+    return LLMEngine(EngineConfig(model_path=path, ctx_size=64, **config)).free_core_threads
+
+
+def test_engine_follows_the_free_cores_only_when_asked(tiny_model):
+    """A library user's own numba.set_num_threads is left alone; the CLI turns the policy on."""
+    assert _free_core_threads(tiny_model) is None
+    following = _free_core_threads(tiny_model, follow_free_cores=True)
+    assert following is not None and following.max_threads == min(numba.get_num_threads(), len(following.cpus))
+
+
+def test_the_thread_count_set_before_the_engine_is_its_most(tiny_model):
+    """pocket -t 1 sets one thread before building the engine: following the free cores never adds a second."""
+    before = numba.get_num_threads()
+    try:
+        set_cpu_threads(1)
+        assert _free_core_threads(tiny_model, follow_free_cores=True).max_threads == 1
+    finally:
+        numba.set_num_threads(before)
