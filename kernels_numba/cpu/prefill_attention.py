@@ -172,7 +172,8 @@ def attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first_
     for t in range(first_token, stop_token):
         for h in range(group_size):
             row = (t - first_token) * group_size + h
-            inverse_sum = np.float32(1.0) / running_sum[row]
+            total = running_sum[row]  # 0 only where NaN scores kept every weight out: NaN, not ZeroDivisionError
+            inverse_sum = np.float32(1.0) / total if total != 0 else np.float32(np.nan)
             for d in range(head_dim):
                 out[t, kv_head * group_size + h, d] = acc[row, d] * inverse_sum
 

@@ -77,3 +77,13 @@ def test_numpy_score_tile_stays_bounded_for_a_long_prompt(monkeypatch):
     monkeypatch.undo()
     rows = prefill_attention.QUERY_BLOCK_TOKENS * 2
     assert max(int(np.prod(s)) for s in shapes) <= rows * prefill_attention.KEY_CHUNK_TOKENS
+
+
+def test_nan_queries_give_nan_rows_not_an_exception(tiny_tiles, blas_path):
+    """A NaN weight upstream (a broken checkpoint) makes NaN queries: their rows come out NaN (the engine's NaN
+    logits check then reports it in one line), the other rows stay finite."""
+    rng = np.random.default_rng(4)
+    q, *rest = make_paged_batch(rng, context_lens=[12], query_lens=[12], block_size=2)
+    q[3:5] = np.nan
+    got = cpu.paged_attention(q, *rest, 0.3, 0, 0.0)
+    assert np.isnan(got[3:5]).all() and np.isfinite(got[:3]).all()
