@@ -96,7 +96,10 @@ def child_env(tier: str, staging: Path, generated_dir: Path) -> dict:
     pythonpath = [str(ROOT), str(BUILD_DIR / "frozen"), str(generated_dir)]
     env = {key: value for key, value in os.environ.items() if key not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")}
     return {**env, "PYTHONPATH": os.pathsep.join(pythonpath), "POCKET_CPU_TIER": tier,
-            "NUMBA_CACHE_DIR": str(staging / tier), "PYTHONWARNINGS": "ignore::RuntimeWarning:kernels_numba"}  # a tier this CPU lacks: compile only
+            "NUMBA_CACHE_DIR": str(staging / tier),
+            # regroup the weights, not map them from the user's store: the regrouping kernels must be shipped too
+            "POCKET_RUN_LAYOUT_CACHE_MB": "0",
+            "PYTHONWARNINGS": "ignore::RuntimeWarning:kernels_numba"}  # a tier this CPU lacks: compile only
 
 
 def start_child(tier: str, staging: Path, generated_dir: Path, args: list[str]) -> tuple[str, subprocess.Popen]:
