@@ -187,7 +187,8 @@ def summarize(model: str, threads: int, ours: list[dict], theirs: list[dict]) ->
     rss_ours = max(r["peak_rss_mib"] for r in ours)
     rss_theirs = max(r["peak_rss_mib"] for r in theirs)
     return {"model": model, "threads": threads, "tests": tests, "peak_rss_mib": {"pocketllm": rss_ours,
-            "llama_cpp": rss_theirs, "ratio": rss_ours / rss_theirs}}
+            "llama_cpp": rss_theirs, "ratio": rss_ours / rss_theirs},
+            "pocketllm_threads": [r["threads"] for r in ours]}  # --threads is its most: fewer beside busy cores
 
 
 def enabled_features(system_info: str) -> str:
@@ -197,7 +198,8 @@ def enabled_features(system_info: str) -> str:
 
 
 def print_table(report: dict) -> None:
-    print(f"model: {report['model']}  threads: {report['threads']}")
+    print(f"model: {report['model']}  threads: {report['threads']} (PocketLLM ended its runs on "
+          f"{report['pocketllm_threads']})")
     if "tier" in report:
         tier = report["tier"]
         print(f"tier: {tier['name']} (PocketLLM {tier['pocketllm']}; llama.cpp {enabled_features(tier['llama_cpp'])})")
