@@ -1,9 +1,14 @@
 """numba CPU kernels: the same ops, with the same signatures, as kernels_numba.reference."""
 from pathlib import Path
 
+from numba.core.registry import cpu_target
+
 from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
+from kernels_numba.cpu.ir.byte_dot import target_features
+from kernels_numba.cpu.ir.half_symbols import register_half_conversions
 
 clear_stale_numba_cache(Path(__file__).parent)
+register_half_conversions(target_features(cpu_target.target_context))  # x86 without F16C: before any kernel
 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402
