@@ -4,13 +4,12 @@ import numpy as np
 import pytest
 from llvmlite import ir
 from numba import njit, types
-from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.ir.vector_ir import load_vector, row_pointer
 
-KINDS_HERE = byte_dot.kinds_for_features(byte_dot.target_features(cpu_target.target_context))
+KINDS_HERE = byte_dot.TARGET_KINDS
 
 
 def _lane_dot_kernel(kind, zero_point, num_lanes):

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 from numba import njit
-from numba.core.registry import cpu_target
 
 from kernel_test_data import random_weight, relative_error
 from kernels_numba.cpu.ir import byte_dot
@@ -93,7 +92,7 @@ def test_activation_scales_of_special_values():
 INT8_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q6_K, QT.Q4_K)
 BLOCK_TYPES = (QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1)  # 32 values per block: rows may hold an odd number of blocks
 # the lane dot kinds this process's target can run (ir/byte_dot.py), compared with the portable one
-KINDS_HERE = byte_dot.kinds_for_features(byte_dot.target_features(cpu_target.target_context))
+KINDS_HERE = byte_dot.TARGET_KINDS
 
 
 def _row_length(ggml_type, num_blocks_of_32):

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 from numba import njit
-from numba.core.registry import cpu_target
 
 from gguf_loader.private_bytes import private_bytes
 from kernels_numba.cpu.matvec import dispatch
@@ -145,7 +144,7 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
         np.testing.assert_array_equal(out, expected)
 
 
-KINDS_HERE = byte_dot.kinds_for_features(byte_dot.target_features(cpu_target.target_context))
+KINDS_HERE = byte_dot.TARGET_KINDS
 
 
 def _run_dots(run_code, num_tokens, kind):

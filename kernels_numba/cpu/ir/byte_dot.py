@@ -174,5 +174,6 @@ def best_byte_dot(context, zero_point: int) -> ByteDot:
     return byte_dot(target_kind(context), zero_point)
 
 
-TARGET_KIND = target_kind()
+TARGET_KINDS = kinds_for_features(target_features(cpu_target.target_context))  # what this process can run
+TARGET_KIND = TARGET_KINDS[0]
 HAS_FAST_BYTE_DOT = TARGET_KIND != PORTABLE  # integer dot instructions: the 8-bit dots beat the float kernels

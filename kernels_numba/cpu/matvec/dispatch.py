@@ -41,7 +41,8 @@ from kernels_numba.cpu.matvec import run_layout
 from kernels_numba.cpu.matvec.amx_matvec import amx_matvec_into
 from kernels_numba.cpu.matvec.batch_dot import BATCH_CODES, batch_kernel, batch_matvec_into
 from kernels_numba.cpu.matvec.blas import find_sgemm
-from kernels_numba.cpu.matvec.int8_dot import INT8_DOT_IS_FAST, quantize_activations, round_activations
+from kernels_numba.cpu.ir.byte_dot import HAS_FAST_BYTE_DOT
+from kernels_numba.cpu.matvec.int8_dot import quantize_activations, round_activations
 from kernels_numba.cpu.matvec.int8_matvec import (INT8_CODES, groups_kernel, int8_matvec_into,
                                                   int8_matvec_quantized_into)
 from kernels_numba.cpu.matvec.matmul import TILE_BYTES, fused_kernel, matvec_into, untiled_matmul_into
@@ -65,7 +66,7 @@ MAX_FP8_FUSED_TOKENS = 12
 
 # 8-bit activations where the CPU has integer dot instructions (int8_dot.py): ~2x the float kernels' rate and
 # llama.cpp's numerics; without VNNI the float kernels are faster and exact
-USE_INT8_DOT = INT8_DOT_IS_FAST
+USE_INT8_DOT = HAS_FAST_BYTE_DOT
 # weights regrouped for the run dots (run_layout.py) where the 8-bit dots run; POCKET_RUN_LAYOUT=0 keeps the GGUF
 # order (A/B benchmarks of the two layouts)
 USE_RUN_LAYOUT = USE_INT8_DOT and os.environ.get("POCKET_RUN_LAYOUT", "1") != "0"

@@ -31,7 +31,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.ir.byte_dot import HAS_FAST_BYTE_DOT, best_byte_dot, byte_dot
+from kernels_numba.cpu.ir.byte_dot import best_byte_dot, byte_dot
 from kernels_numba.cpu.ir.half import bits_to_float32
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.quantize_ir import block_abs_max_bits, quantize_block_into
@@ -53,9 +53,6 @@ _LANES8 = ir.VectorType(_I32, 8)
 _LANES = ir.VectorType(_I32, 16)  # a pair of 32-value blocks: lanes 0-7 the first block, 8-15 the second
 _FLOAT_LANES = ir.VectorType(_F32, 16)
 PAIR_VALUES = 2 * BLOCK_VALUES  # one 512-bit vpdpbusd: 64 byte products into 16 int32 lanes
-
-
-INT8_DOT_IS_FAST = HAS_FAST_BYTE_DOT
 
 
 def _nibble_pair(builder, blocks, offset):
