@@ -4,11 +4,11 @@ from pathlib import Path
 from numba.core.registry import cpu_target
 
 from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
-from kernels_numba.cpu.ir.byte_dot import target_features
-from kernels_numba.cpu.ir.half_symbols import register_half_conversions
+from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
 
 clear_stale_numba_cache(Path(__file__).parent)
-register_half_conversions(target_features(cpu_target.target_context))  # x86 without F16C: before any kernel
+# x86 without F16C: before any kernel compiles
+_half_symbols.register_half_conversions(_byte_dot.target_features(cpu_target.target_context))
 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402
