@@ -123,6 +123,18 @@ def unit_cycles(edges) -> list[list[str]]:
     return cycles
 
 
+def cross_backend_imports(edges) -> list[tuple[str, int, str]]:
+    """A backend importing another one's internals (cuda -> cpu, cpu -> cuda) or the reference importing a backend:
+    what two backends share lives beside them in kernels_numba (quant_codes, kv_type, reference_*)."""
+    return [(file, line, name) for file, line, module, name in edges
+            for own, others in _BACKEND_BOUNDS.items()
+            if module.startswith(own) and name.startswith(others)]  # reference: reference_*.py too
+
+
+_BACKEND_BOUNDS = {"kernels_numba.cuda": ("kernels_numba.cpu",), "kernels_numba.cpu": ("kernels_numba.cuda",),
+                   "kernels_numba.reference": ("kernels_numba.cpu", "kernels_numba.cuda")}
+
+
 def _listing(rows) -> str:
     return "\n".join(f"  {file}:{line}  imports {name}" for file, line, name in rows)
 
@@ -136,6 +148,11 @@ def test_backends_are_reached_through_the_public_api():
     bad = backend_internal_imports(import_edges())
     assert not bad, ("kernels_numba.cpu/cuda internals imported above kernels_numba (use kernels_numba's public "
                      "names or get_ops):\n" + _listing(bad))
+
+
+def test_no_backend_imports_another_backend():
+    bad = cross_backend_imports(import_edges())
+    assert not bad, "a backend imports another backend (move what they share into kernels_numba):\n" + _listing(bad)
 
 
 def test_no_cycle_between_subpackages():
@@ -169,6 +186,11 @@ def test_the_checks_see_a_back_edge_and_a_cycle():
                                                         ("pocketcli/engine/llm_engine.py", 9)]
     assert backend_internal_imports(edges) == [edges[3][:2] + (edges[3][3],)]
     assert ["pocketcli.engine", "pocketcli.parallel", "pocketcli.engine"] in unit_cycles(edges)
+    backends = [("kernels_numba/cuda/matvec.py", 5, "kernels_numba.cuda.matvec", "kernels_numba.cpu.matvec.x"),
+                ("kernels_numba/cuda/matvec.py", 6, "kernels_numba.cuda.matvec", "kernels_numba.quant_codes.F32"),
+                ("kernels_numba/reference_moe.py", 7, "kernels_numba.reference_moe", "kernels_numba.cpu.moe")]
+    assert [row[:2] for row in cross_backend_imports(backends)] == [("kernels_numba/cuda/matvec.py", 5),
+                                                                     ("kernels_numba/reference_moe.py", 7)]
     assert _absolute("pocketcli.engine.speculative", True, 2, "models") == "pocketcli.engine.models"
     assert _absolute("pocketcli.engine.sampler", False, 2, "config") == "pocketcli.config"
     source = "def f():\n    from ..parallel import rank_group\n"

@@ -7,7 +7,7 @@ import numpy as np
 from numba import cuda
 
 from gguf_loader.weight_tensor import RowShaped, WeightTensor
-from kernels_numba.cpu.matvec.quant_type import TYPE_CODES
+from kernels_numba.quant_codes import TYPE_CODES
 from kernels_numba.cuda.value_decode import FP8
 from kernels_numba.errors import UnsupportedQuantType
 
@@ -19,7 +19,7 @@ _NO_SCALES = np.ones((1, 1), dtype=np.float32)
 class DeviceWeight(RowShaped):
     name: str
     shape: tuple[int, ...]
-    code: int  # kernels_numba.cpu.matvec.quant_type code, or value_decode.FP8
+    code: int  # kernels_numba.quant_codes code, or value_decode.FP8
     data: object  # device uint8 [num_rows, bytes_per_row]
     scales: object  # device float32 FP8 scale grid ([1, 1] ones for ggml types)
     block_rows: int

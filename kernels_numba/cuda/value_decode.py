@@ -2,18 +2,18 @@
 
 Lanes of a warp decode consecutive values of a row, so they read neighbouring bytes of the same block (one
 coalesced load per block field). The float32 arithmetic follows ggml's order, as kernels_numba/cpu/block_decode.
-Type codes are those of kernels_numba/cpu/quant_type; FP8 (E4M3 codes with a grid of block scales) is code FP8.
+Type codes are those of kernels_numba/quant_codes; FP8 (E4M3 codes with a grid of block scales) is code FP8.
 """
 import numpy as np
 from numba import cuda
 
 from gguf_loader.fp8_layout import E4M3_TABLE
-from kernels_numba.cpu.matvec.quant_type import (BF16, F16, F32, IQ2_XXS, IQ3_XXS, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1,
-                                          Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0)
+from kernels_numba.quant_codes import (BF16, F16, F32, IQ2_XXS, IQ3_XXS, IQ4_NL, IQ4_XS, NUM_GGML_CODES, Q2_K,
+                                       Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0)
 from kernels_numba.cuda.half import float_from_bits, half_to_float, read_half, read_u32
 from kernels_numba.iq_tables import IQ2_XXS_GRID, IQ3_XXS_GRID, IQ4_NL_LEVELS, SIGN_VALUES
 
-FP8 = 17  # after the ggml type codes of quant_type
+FP8 = NUM_GGML_CODES  # after the ggml type codes
 
 
 @cuda.jit(device=True)
