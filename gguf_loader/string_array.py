@@ -7,6 +7,7 @@ file pages it lies on.
 from __future__ import annotations
 
 import array
+import re
 import struct
 from collections.abc import Sequence
 
@@ -39,10 +40,45 @@ class StringArray(Sequence):
         return str(self._buf[start:self._bounds[index + 1] - LENGTH_BYTES], "utf-8", "replace")
 
     def __iter__(self):
+        texts = self._texts_at_once()
+        return iter(texts) if texts is not None else self._texts_one_by_one()
+
+    def _texts_one_by_one(self):
         raw = self._raw().tobytes()  # one copy of the array's bytes (~4 MiB): slicing bytes beats slicing the map
         first, bounds = self._bounds[0] - LENGTH_BYTES, self._bounds  # where raw starts in the map
         for index in range(self._count):
             yield raw[bounds[index] - first:bounds[index + 1] - first - LENGTH_BYTES].decode("utf-8", "replace")
+
+    def _texts_at_once(self) -> list[str] | None:
+        """Every string, decoded in one call: each length field becomes one NUL and the rest is dropped, the whole
+        is decoded and split at the NULs. None where a string holds a NUL or invalid UTF-8: those go one by one,
+        with "replace"."""
+        raw = self._raw()
+        field_starts = np.frombuffer(self._bounds, dtype=np.int64)[:-1] - self._bounds[0]  # into raw
+        is_text = np.ones(len(raw), dtype=bool)
+        is_text[(field_starts[:, None] + np.arange(LENGTH_BYTES)).ravel()] = False
+        if np.any(raw[is_text] == 0):
+            return None
+        is_text[field_starts] = True  # a field's first byte stays, as the NUL before its string
+        kept = raw.copy()
+        kept[field_starts] = 0
+        try:
+            text = kept[is_text].tobytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return text.split("\0")[1:]
+
+    def indices_containing(self, part: str) -> list[int]:
+        """Indices of the strings that hold `part`, found in the raw bytes (no string is decoded)."""
+        needle = part.encode()
+        if not needle:
+            return list(range(self._count))
+        raw = self._raw().tobytes()
+        hits = np.array([match.start() for match in re.finditer(re.escape(needle), raw)], dtype=np.int64)
+        bounds = np.frombuffer(self._bounds, dtype=np.int64) - (self._bounds[0] - LENGTH_BYTES)  # into raw
+        indices = np.searchsorted(bounds, hits, side="right") - 1
+        inside = (indices >= 0) & (hits + len(needle) <= bounds[np.minimum(indices + 1, self._count)] - LENGTH_BYTES)
+        return sorted(set(indices[inside].tolist()))
 
     def empty_indices(self) -> list[int]:
         """Indices of the empty strings, found from the offsets alone (no string is decoded)."""

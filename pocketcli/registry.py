@@ -1,7 +1,6 @@
 """The model registry (models.toml): names -> where the GGUF file comes from."""
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import tomllib
@@ -9,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_loader import ModelFileError
+
+from .assembled_file import assembled_path
 
 BUNDLED_REGISTRY = Path(__file__).with_name("models.toml")
 
@@ -87,10 +88,9 @@ class ModelEntry:
                 raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})")
             return str(self.packaged_file())
         try:
-            module = importlib.import_module(self.module)
+            return assembled_path(self.module)
         except ImportError:
             raise ModelFileError(f"model '{self.name}' is not downloaded yet (run: pocket pull {self.name})") from None
-        return str(module.assemble())
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """numba CPU kernels: the same ops, with the same signatures, as kernels_numba.reference."""
 from pathlib import Path
 
+from numba.core import entrypoints as _numba_entrypoints
 from numba.core.registry import cpu_target
 
 from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
 from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
 
 clear_stale_numba_cache(Path(__file__).parent)
+# Our kernels use no numba extension; numba's first compile or cache load would otherwise read the entry points of
+# every installed distribution to find some (50-90 ms of each start).
+_numba_entrypoints._already_initialized = True
 # x86 without F16C: before any kernel compiles
 _half_symbols.register_half_conversions(_byte_dot.target_features(cpu_target.target_context))
 

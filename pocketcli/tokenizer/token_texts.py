@@ -35,5 +35,12 @@ class TokenTexts(Sequence):
 
     __hash__ = None
 
+    def indices_containing(self, part: str) -> list[int]:
+        """Ids whose text holds `part` (a GGUF string array searches its bytes without decoding)."""
+        search = getattr(self._texts, "indices_containing", None)
+        if search is not None and part:
+            return search(part)
+        return [i for i, text in enumerate(self) if part in text]
+
     def __repr__(self) -> str:
         return f"TokenTexts({len(self)} tokens)"

@@ -146,10 +146,11 @@ def _detect_special_ids(ids: dict[str, int | None], token_to_id: Mapping[str, in
             attrs[found] |= TokenAttr.CONTROL
 
 
-def _mark_unused(tokens: Sequence[str], attrs: np.ndarray) -> None:
-    for token_id in np.flatnonzero(attrs & TokenAttr.CONTROL):
-        if "unused" in tokens[token_id]:
-            attrs[token_id] |= TokenAttr.UNUSED
+def _mark_unused(tokens: TokenTexts, attrs: np.ndarray) -> None:
+    """Control tokens named like "<unused42>" are UNUSED too."""
+    ids = np.array(tokens.indices_containing("unused"), dtype=np.int64)
+    ids = ids[(attrs[ids] & TokenAttr.CONTROL) != 0]
+    attrs[ids] |= TokenAttr.UNUSED
 
 
 def _find_eog_ids(ids: dict[str, int | None], token_to_id: Mapping[str, int], attrs: np.ndarray) -> frozenset[int]:

@@ -228,3 +228,18 @@ def test_sample_rows_refuses_a_row_with_no_token():
     params = [_server_default_params(seed) for seed in range(3)]
     with pytest.raises(ValueError, match="no token can be sampled"):
         Sampler().sample_rows(logits, params, [0, 1, 2], [[], [], []], [0, 0, 0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kth_largest_equals_a_full_partition(seed):
+    """The block-maxima floor only prunes: ties, -inf (masked tokens), a tail past the last block and every k."""
+    from pocketcli.engine.sampler import VocabScratch, kth_largest
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 300_000))
+    values = rng.standard_normal(size) * 3
+    if seed % 2:
+        values = np.round(values)
+    values[rng.integers(0, size, size // 3)] = -np.inf
+    for k in {1, 2, 40, int(rng.integers(1, size + 1)), size}:
+        assert kth_largest(values, k, VocabScratch()) == np.sort(values)[size - k]

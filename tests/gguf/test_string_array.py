@@ -74,3 +74,20 @@ def test_truncated_file_names_the_string_array(strings_gguf, tmp_path):
     cut.write_bytes(data[:data.index("▁hello".encode()) + 2])
     with pytest.raises(ModelFileError, match="string array runs past the end"):
         open_gguf(cut)
+
+
+@pytest.mark.parametrize("raw_strings", [
+    [b"ok", b"", "日本".encode(), b"x" * 300],  # decoded at once (a 300-byte string: its length has a 0x2c byte)
+    [b"ok", b"a\x00b", b""],  # a NUL inside a string: one by one
+    [b"ok", b"\xff", b"z"],  # invalid UTF-8: one by one, with replacement
+])
+def test_iterating_decodes_like_one_by_one(raw_strings):
+    strings, _ = read_string_array(memoryview(length_prefixed(*raw_strings)), 0, len(raw_strings))
+    assert list(strings) == [raw.decode("utf-8", "replace") for raw in raw_strings]
+
+
+def test_indices_containing_finds_parts_within_strings():
+    raw_strings = [b"<unused0>", b"un", b"used", b"unused", b"", b"x<unused12>", "ünused".encode()]
+    strings, _ = read_string_array(memoryview(b"prefix" + length_prefixed(*raw_strings)), 6, len(raw_strings))
+    assert strings.indices_containing("unused") == [0, 3, 5]  # "un" + "used" across a bound is not a hit
+    assert strings.indices_containing("ü") == [6] and strings.indices_containing("zz") == []
