@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels_numba.kv_type import kv_type_named
+from kernels_numba.kv_type import DEFAULT_KV_TYPE, kv_type_named
+
+from .flag_spec import setting
 
 SPEC_METHODS = ("ngram", "draft", "dflash", "mtp")  # speculative-decoding drafters
 MAX_SPEC_K = 16
@@ -11,22 +13,33 @@ MAX_SPEC_K = 16
 
 @dataclass
 class EngineConfig:
+    """Each flag field is a flag of generate, chat, serve and bench (commands.field_flags); its default and help
+    are written here once. cli_default: what the commands use where an engine built in code keeps another."""
     model_path: str
-    ctx_size: int = 4096  # 0 = the model's trained context length
-    max_num_seqs: int = 1
-    max_num_batched_tokens: int = 512  # prefill chunk size per step
+    ctx_size: int = setting(4096, "context size in tokens (0 = the model's)", flag="--ctx-size", aliases=("-c",))
+    max_num_seqs: int = setting(1, "sequences decoded together", cli_default=8, commands=("serve",))
+    max_num_batched_tokens: int = setting(512, "prompt tokens per prefill step", flag="--batch-size",
+                                          aliases=("-b",))
     block_size: int = 16  # tokens per KV cache block
-    backend: str = "cpu"
-    enable_prefix_caching: bool = True  # reuse KV blocks of a prompt prefix seen before
-    spec: str | None = None  # speculative decoding drafter (SPEC_METHODS); None = off
-    spec_k: int = 4  # most draft tokens per sequence and round; adaptive k stays in [1, spec_k]
-    draft_model_path: str | None = None  # --spec draft (same vocabulary) or --spec dflash (DFlash checkpoint)
-    tp_size: int = 1  # tensor-parallel ranks (one process each; pocketcli/parallel)
-    devices: tuple[int, ...] = ()  # CUDA ordinal of each rank (default 0..tp_size-1)
+    backend: str = setting("cpu", "kernel backend (reference = slow numpy oracle, for debugging)",
+                           choices=("cpu", "reference"))  # with --device cuda: "cuda" (commands.common)
+    enable_prefix_caching: bool = setting(True, "disable automatic prefix caching", flag="--no-prefix-caching",
+                                          commands=("generate", "chat", "serve"))
+    spec: str | None = setting(None, "speculative decoding: ngram (prompt lookup), draft (--draft-model), dflash, mtp",
+                               choices=SPEC_METHODS)
+    spec_k: int = setting(4, "most draft tokens per round")  # adaptive k stays in [1, spec_k]
+    draft_model_path: str | None = setting(None, "draft model (GGUF path or registry name) sharing the target's "
+                                           "vocabulary (--spec draft), or the DFlash checkpoint (--spec dflash)",
+                                           flag="--draft-model", metavar="PATH")
+    tp_size: int = setting(1, "tensor parallelism: split every weight over N ranks, one process each (default 1, or "
+                           "as many as --devices lists)",
+                           flag="--tp", metavar="N", cli_default=None)  # None: as many as --devices lists, else 1
+    devices: tuple[int, ...] = setting((), "CUDA devices of the ranks, one per rank (with --device cuda; default "
+                                       "0..N-1)", metavar="0,1,...", cli_default=None)  # CUDA ordinal of each rank
     follow_free_cores: bool = False  # numba's thread count (at most the one at build) follows the free cores (CLI)
-    # the KV cache's storage type (kernels_numba/kv_type.py: f32, f16, bf16, q8_0, q4_0, fp8). generate, chat, serve
-    # and bench default to f16 (--kv-type); an engine built in code keeps exact float32 attention unless it asks
-    kv_type: str = "f32"
+    # the KV cache's storage type (kernels_numba/kv_type.py); an engine built in code keeps exact float32 attention
+    kv_type: str = setting("f32", "KV cache type: f16, bf16, q8_0, fp8, q4_0 or f32", cli_default=DEFAULT_KV_TYPE,
+                           metavar="TYPE")
 
     def __post_init__(self):
         if self.ctx_size < 0:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .flag_spec import setting
+
 MAX_LOGPROBS = 20  # top alternatives a request may ask for (OpenAI's limit)
 STRUCTURED_OUTPUT_KINDS = ("json_object", "json_schema", "regex", "grammar")
 
@@ -22,21 +24,28 @@ class StructuredOutputParams:
 
 @dataclass
 class SamplingParams:
-    temperature: float = 0.8
-    top_k: int = 40  # 0 disables
-    top_p: float = 0.95  # 1.0 disables
-    min_p: float = 0.05  # 0.0 disables
-    repeat_penalty: float = 1.0  # 1.0 disables
-    repeat_last_n: int = 64  # tokens looked back by the repetition penalty; -1 = whole context
-    presence_penalty: float = 0.0  # OpenAI: subtracted once from every token already generated
-    frequency_penalty: float = 0.0  # OpenAI: subtracted per occurrence in the generated tokens
-    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
-    max_tokens: int = 256
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    ignore_eos: bool = False
-    logprobs: int | None = None  # None: no logprobs; N >= 0: the sampled token's logprob and the top N
-    structured_output: StructuredOutputParams | None = None  # grammar-constrained decoding (llguidance)
+    """Each flag field is also a flag of generate, chat and serve and (api_name) an OpenAI request field: its
+    default and help are written here once (pocketcli/flag_spec.py)."""
+    temperature: float = setting(0.8, "sampling temperature (0 = greedy)", aliases=("--temp",), api_default=1.0)
+    top_k: int = setting(40, "sample from the k most likely tokens (0 disables)", api_default=0)
+    top_p: float = setting(0.95, "sample from the most likely tokens holding this much probability (1.0 disables)",
+                           api_default=1.0)
+    min_p: float = setting(0.05, "drop tokens less likely than this times the most likely one (0.0 disables)",
+                           api_default=0.0)
+    repeat_penalty: float = setting(1.0, "penalise the tokens seen in the last --repeat-last-n (1.0 disables)",
+                                    api_name="repetition_penalty")
+    repeat_last_n: int = setting(64, "tokens looked back by the repeat penalty (-1: the whole context)",
+                                 api_name=None)
+    presence_penalty: float = setting(0.0, "subtracted once from every token already generated (OpenAI's)")
+    frequency_penalty: float = setting(0.0, "subtracted per occurrence in the generated tokens (OpenAI's)")
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit (requests only)
+    max_tokens: int = setting(256, "most tokens to generate", aliases=("-n",), api_name=None,  # completions.py
+                              api_default=None)  # the API's: the rest of the context (16 for text completions)
+    seed: int | None = setting(None, "random seed (default: a new one each run)")
+    stop: list[str] = setting([], "stop string (repeatable)")
+    ignore_eos: bool = setting(False, "keep generating past end-of-sequence tokens")
+    logprobs: int | None = None  # None: no logprobs; N >= 0: the sampled token's logprob and the top N (requests)
+    structured_output: StructuredOutputParams | None = None  # grammar-constrained decoding (llguidance; requests)
 
     def __post_init__(self):
         if self.temperature < 0:

@@ -11,6 +11,7 @@ inside a function (a lazy import is still a dependency) and under `if TYPE_CHECK
   2.1  pocketcli.models            one file per architecture
   2.2  pocketcli.engine            sequence, scheduler, runner, sampler, llm_engine, speculative/
   2.3  pocketcli.parallel          tensor parallelism, applied from outside the engine and the model
+  2.4  pocketcli.engine_factory    EngineConfig -> engine, with the ranks of --tp attached (joins 2.2 and 2.3)
   3    pocketcli.server, .commands, .chat, .cli   the front ends
   4    tui                         the Textual app, launched by `pocket chat` through a late-bound hook
 
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gguf_loader", "kernels_numba", "pocketcli", "tui")
 FRONT_ENDS = ("server", "commands", "chat", "cli")
-POCKETCLI_SUBLAYERS = {"models": 2.1, "engine": 2.2, "parallel": 2.3}
+POCKETCLI_SUBLAYERS = {"models": 2.1, "engine": 2.2, "parallel": 2.3, "engine_factory": 2.4}
 BACKEND_INTERNALS = ("kernels_numba.cpu", "kernels_numba.cuda")
 
 

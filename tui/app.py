@@ -1,10 +1,8 @@
-"""The chat app: one screen for the conversation, a modal for settings, an engine thread behind them."""
+"""The chat app: one screen for the conversation, a modal for settings; the session's EngineLoop owns the engine."""
 from __future__ import annotations
 
-from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.worker import get_current_worker
 
 from pocketcli.chat.session import ChatSession
 
@@ -22,8 +20,6 @@ class ChatApp(App):
         super().__init__()
         self.session = session
         self.engine = EngineClient(session)
-        import numba  # numba's thread count (--threads) is per thread: the engine thread takes the app creator's
-        self.num_cpu_threads = numba.get_num_threads()
 
     def get_default_screen(self) -> ChatScreen:
         screen = ChatScreen(self.session, self.engine)
@@ -31,15 +27,8 @@ class ChatApp(App):
         return screen
 
     def on_mount(self) -> None:
-        self.run_engine_thread()
-        self.engine.load_model()
-
-    @work(thread=True, name="engine", exit_on_error=False)
-    def run_engine_thread(self) -> None:
-        import numba
-        numba.set_num_threads(self.num_cpu_threads)
-        worker = get_current_worker()
-        self.engine.serve(lambda: worker.is_cancelled)
+        self.engine.open()
+        self.engine.load_model()  # the engine thread starts here, with this thread's numba thread count (--threads)
 
     async def action_quit(self) -> None:
         self.engine.close()

@@ -1,11 +1,11 @@
-"""The one thread that owns the engine: jobs (load a model, stream a reply) run in order from a queue and
-report back to the screen through messages."""
+"""The chat screen's way to the engine. The session's EngineLoop owns the engine (its one thread loads models and
+steps replies); this client starts those jobs from the UI thread without waiting and reports back to the screen
+through messages. A reply's text is read on a short-lived reader thread that only forwards it."""
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import Future
 
 from textual.message_pump import MessagePump
 
@@ -20,39 +20,40 @@ CHUNK_INTERVAL_S = 0.03  # coalesce tokens so a fast model does not flood the UI
 class EngineClient:
     def __init__(self, session: ChatSession):
         self.session = session
-        self.jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self.stop_reply = threading.Event()
         self.closed = threading.Event()
         self.target: MessagePump | None = None
+        self.compile_watch: CompileWatch | None = None
+        self.reader: threading.Thread | None = None
 
     # --- called from the UI thread -----------------------------------------------------------------------
+    def open(self) -> None:
+        """Report kernel compiles (a cold cache: the first load and reply) until close()."""
+        self.compile_watch = CompileWatch(self._post_compile_progress).__enter__()
+
     def load_model(self, model: str | None = None) -> None:
-        self.jobs.put(lambda: self._load_model(model))
+        label = model or self.session.model_label
+        self._post(ModelLoading(label))
+        self.session.start_loading(model).add_done_callback(lambda loaded: self._loaded(loaded, label))
 
     def generate(self) -> None:
         self.stop_reply.clear()
-        self.jobs.put(self._generate)
+        self.reader = threading.Thread(target=self._generate, name="chat-reply-reader", daemon=True)
+        self.reader.start()
 
     def stop(self) -> None:
         self.stop_reply.set()
 
     def close(self) -> None:
+        if self.closed.is_set():
+            return
         self.stop_reply.set()
         self.closed.set()
-        self.jobs.put(None)
+        self.session.close()
+        if self.compile_watch is not None:
+            self.compile_watch.__exit__(None, None, None)
 
-    # --- the engine thread -------------------------------------------------------------------------------
-    def serve(self, is_cancelled: Callable[[], bool]) -> None:
-        with CompileWatch(self._post_compile_progress):  # kernels compile in the first reply (a cold cache)
-            while not (self.closed.is_set() or is_cancelled()):
-                try:
-                    job = self.jobs.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if job is None:
-                    return
-                job()
-
+    # --- the engine thread and the reader thread ---------------------------------------------------------
     def _post(self, message) -> None:
         if self.target is not None:
             self.target.post_message(message)
@@ -60,14 +61,11 @@ class EngineClient:
     def _post_compile_progress(self, progress: CompileProgress) -> None:  # on the compile watch's thread
         self._post(KernelsCompiling(progress))
 
-    def _load_model(self, model: str | None) -> None:
-        self._post(ModelLoading(model or self.session.model_label))
-        try:
-            self.session.load_model(model)
-        except Exception as exc:  # shown as a toast; the previous model (if any) stays
-            self._post(ModelFailed(f"cannot load {model or self.session.model_label}: {exc}"))
-            return
-        self._post(ModelLoaded(self.session.model_label))
+    def _loaded(self, loaded: Future, label: str) -> None:
+        if loaded.exception() is not None:  # shown as a toast; the previous model (if any) stays
+            self._post(ModelFailed(f"cannot load {label}: {loaded.exception()}"))
+        else:
+            self._post(ModelLoaded(self.session.model_label))
 
     def _generate(self) -> None:
         pending, last_post = [], time.perf_counter()

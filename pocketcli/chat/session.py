@@ -1,49 +1,31 @@
 """One chat: a model, settings that apply to the next turn, the current conversation and its store.
-Only one thread may call into a session (it owns the engine)."""
+The engine lives in an EngineLoop (its own thread owns it); one thread at a time may call into a session."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..flag_spec import with_default
 from ..sampling_params import SamplingParams
 from .conversation import Conversation, Turn
 from .store import ConversationStore
 
 
 @dataclass
-class ChatSettings:
+class ChatSettings(SamplingParams):
+    """The sampling settings of the next replies (every SamplingParams field, with its default) and the system
+    prompt. A chat reply is capped lower than a generation."""
+    max_tokens: int = with_default(SamplingParams, "max_tokens", 512)
     system: str = ""
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    max_tokens: int = 512
-    seed: int | None = None
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-
-    def __post_init__(self):
-        self.sampling_params()  # validates
 
     def sampling_params(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
-                              repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
-                              max_tokens=self.max_tokens, seed=self.seed)
+        return SamplingParams(**{f.name: getattr(self, f.name) for f in fields(SamplingParams)})
 
     def updated(self, **changes) -> ChatSettings:
         return replace(self, **changes)
-
-
-@dataclass
-class EngineOptions:
-    ctx_size: int = 4096
-    batch_size: int = 512
-    backend: str = "cpu"
-    kv_type: str = "f16"
-    spec: tuple = ()  # speculative-decoding EngineConfig keywords as (name, value) pairs (commands.common)
-    parallel: tuple = ()  # tensor-parallel EngineConfig keywords (tp_size, devices) as (name, value) pairs
 
 
 @dataclass
@@ -62,25 +44,15 @@ class ReplyStats:
         return f"context full: the oldest {self.dropped_turns} message(s) were left out of this reply's prompt"
 
 
-def make_engine(model_path: str, options: EngineOptions):
-    from ..config import EngineConfig
-    from ..engine.llm_engine import LLMEngine
-    from ..parallel import make_rank_group
-
-    return LLMEngine(EngineConfig(model_path=model_path, ctx_size=options.ctx_size,
-                                  max_num_batched_tokens=options.batch_size, backend=options.backend,
-                                  kv_type=options.kv_type,
-                                  **dict(options.spec), **dict(options.parallel)), rank_group_factory=make_rank_group)
-
-
 @dataclass
 class ChatSession:
     model: str | None = None  # registry name or path; None = the registry's chat default
     settings: ChatSettings = field(default_factory=ChatSettings)
     store: ConversationStore = field(default_factory=ConversationStore)
-    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    engine_options: dict = field(default_factory=dict)  # EngineConfig keywords but model_path
     autosave: bool = True
-    engine: object = None
+    loop: object = None  # the EngineLoop owning the engine, made at the first load
+    loading: Future | None = None  # the load under way, if any
     conversation: Conversation = field(default_factory=Conversation)
     last_stats: ReplyStats | None = None
     context_used: int = 0
@@ -89,15 +61,44 @@ class ChatSession:
         self.conversation.system = self.conversation.system or self.settings.system
 
     # --- the model -------------------------------------------------------------------------------------
+    @property
+    def engine(self):
+        return self.loop.engine if self.loop is not None else None
+
     def load_model(self, model: str | None = None) -> None:
+        """Loads `model` (default: the session's) and waits; raises what kept it from loading."""
+        self.start_loading(model).result()
+
+    def start_loading(self, model: str | None = None) -> Future:
+        """Queues the load on the engine thread and returns at once; the future holds the engine or the error
+        (the previous model then stays). Replies asked for after this wait for it."""
+        from ..engine.engine_loop import EngineLoop
+
+        if self.loop is None:  # made here: it takes this thread's numba thread count (--threads)
+            self.loop = EngineLoop(log_step_errors=False).start()  # a failed reply shows as one line
+        model = self.model if model is None else model
+        self.loading = self.loop.load(lambda: self._make_engine(model))
+        return self.loading
+
+    def _make_engine(self, model: str | None):
+        from ..config import EngineConfig
+        from ..engine_factory import make_engine
         from ..registry import resolve_model
 
-        model = self.model if model is None else model
-        previous, self.engine = self.engine, make_engine(resolve_model(model, for_chat=True), self.engine_options)
-        if hasattr(previous, "close"):
-            previous.close()  # a tensor-parallel engine's rank processes stop now, not at garbage collection
-        self.model = model
-        self.context_used = 0
+        engine = make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **self.engine_options))
+        self.model, self.context_used = model, 0
+        return engine
+
+    def _wait_for_model(self) -> None:
+        if self.loading is not None and not self.loading.done():
+            self.loading.exception()  # waits; a failed load leaves the previous engine, if any
+        if self.engine is None:
+            self.load_model()
+
+    def close(self) -> None:
+        """Stops the engine thread (it ends its step first); the session cannot reply after this."""
+        if self.loop is not None:
+            self.loop.stop(timeout=0)
 
     @property
     def model_label(self) -> str:
@@ -112,7 +113,9 @@ class ChatSession:
 
     @property
     def device(self) -> str:
-        return self.engine.config.backend if self.engine else self.engine_options.backend
+        from ..config import EngineConfig
+
+        return self.engine.config.backend if self.engine else self.engine_options.get("backend", EngineConfig.backend)
 
     @property
     def context_size(self) -> int:
@@ -181,10 +184,9 @@ class ChatSession:
     def stream_reply(self, should_stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
         """Yields the reply's text as it is decoded; the reply (partial if stopped) is stored and saved
         when the stream ends, is stopped, or is closed by the caller."""
-        from ..engine.generation import stream_generate
+        from ..engine.engine_loop import Request
 
-        if self.engine is None:
-            self.load_model()
+        self._wait_for_model()
         leaf = self.conversation.path()[-1] if self.conversation.leaf_id else None
         if leaf is None or leaf.role != "user":
             raise ValueError("the last turn is not a user turn: nothing to reply to")
@@ -195,7 +197,7 @@ class ChatSession:
         pieces, finish_reason = [], "aborted"
         stats = ReplyStats(prompt_tokens=len(prompt_ids), dropped_turns=num_messages - len(messages))
         started, spec_before = time.perf_counter(), spec_counts(self.engine)
-        chunks = stream_generate(self.engine, prompt_ids, params)
+        chunks = self.loop.stream(Request(prompt_ids, params))
         try:
             for chunk in chunks:
                 stats.completion_tokens += len(chunk.token_ids)
@@ -209,7 +211,7 @@ class ChatSession:
                 if should_stop():
                     break
         finally:
-            chunks.close()  # aborts the engine sequence if we stopped early
+            chunks.close()  # aborts the request if we stopped early
             if finish_reason == "aborted" and stats.completion_tokens > 1:
                 stats.decode_tokens_per_second = stats.completion_tokens / max(time.perf_counter() - started, 1e-9)
             stats.finish_reason = finish_reason

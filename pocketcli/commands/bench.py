@@ -10,7 +10,7 @@ from .common import add_engine_arguments, add_model_argument, make_engine
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure prompt and generation speed")
     add_model_argument(p)
-    add_engine_arguments(p)
+    add_engine_arguments(p, "bench")
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens for the pp test (0 = skip)")
     p.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens for the tg test (0 = skip)")
     p.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions per test")
@@ -38,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
     # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
     args.ctx_size = args.n_prompt + args.n_gen + 16
-    args.prefix_caching = False  # every repetition must really process its prompt
     with report_compiles_to_stderr():  # kernels compile in the load and the warm-up run (cold cache)
-        engine = make_engine(args)
+        engine = make_engine(args, enable_prefix_caching=False)  # every repetition must really process its prompt
         if getattr(engine, "rank_group", None) is not None:  # every rank loads its kernels first: not in the shares
             run_benchmark(engine, min(args.n_prompt, 8), min(args.n_gen, 2), 1, warmup=False)
             reset_parallel_counters(engine)

@@ -6,8 +6,8 @@ import importlib
 import sys
 
 from ..errors import UsageError
-from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, kernel_backend,
-                     parallel_config, sampling_settings, set_cpu_threads, spec_config)
+from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, engine_config,
+                     sampling_settings, set_cpu_threads)
 from .models_cmd import default_model
 
 # The Textual app sits above pocketcli (tui imports pocketcli.chat): named here, bound only when launched, so
@@ -19,11 +19,11 @@ CHAT_APP = "tui:run_chat_app"
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("chat", help="chat with a model (Textual app; --plain for a simple REPL)")
     add_model_argument(p, chat=True)
+    from ..chat.session import ChatSettings
+
     p.add_argument("--system", default="", help="system prompt")
-    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per reply at most (default 512)")
-    add_sampling_arguments(p)
-    p.add_argument("--seed", type=int, default=None)
-    add_engine_arguments(p)
+    add_sampling_arguments(p, "chat", defaults=ChatSettings)
+    add_engine_arguments(p, "chat")
     p.add_argument("--plain", action="store_true", help="plain prompt_toolkit REPL instead of the Textual app")
     p.add_argument("--no-save", action="store_true", help="do not save the conversation")
     p.set_defaults(run=run)
@@ -44,15 +44,11 @@ def model_metadata(model: str | None) -> dict | None:
 
 
 def make_session(args: argparse.Namespace):
-    from ..chat.session import ChatSession, ChatSettings, EngineOptions
+    from ..chat.session import ChatSession, ChatSettings
 
-    settings = ChatSettings(system=args.system, max_tokens=args.max_tokens, seed=args.seed,
-                            **sampling_settings(args, model_metadata(args.model)))
-    backend = kernel_backend(args)
-    options = EngineOptions(ctx_size=args.ctx_size, batch_size=args.batch_size, backend=backend,
-                            kv_type=args.kv_type,
-                            spec=tuple(spec_config(args).items()),
-                            parallel=tuple(parallel_config(args, backend).items()))
+    settings = ChatSettings(system=args.system, **sampling_settings(args, model_metadata(args.model), ChatSettings))
+    config = engine_config(args, model_path="")  # the settings of each model the chat loads
+    options = {name: value for name, value in vars(config).items() if name != "model_path"}
     return ChatSession(model=args.model, settings=settings, engine_options=options, autosave=not args.no_save)
 
 

@@ -6,6 +6,7 @@ import sys
 
 from ..config import EngineConfig
 from ..errors import UsageError
+from .field_flags import add_field_flags, default_in, describe as describe_default, flag_values, given_values
 
 
 def add_model_argument(parser: argparse.ArgumentParser, chat: bool = False) -> None:
@@ -15,84 +16,63 @@ def add_model_argument(parser: argparse.ArgumentParser, chat: bool = False) -> N
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    """Sampling flags without a default of their own: an unset flag takes the model's recommended setting
-    (GGUF general.sampling.*, generation_config.json), else ours (pocketcli/sampling_defaults.py)."""
-    parser.add_argument("--temperature", "--temp", type=float, default=None,
-                        help="default: the model's recommended value, else 0.8")
-    parser.add_argument("--top-k", type=int, default=None, help="default: the model's, else 40 (0 disables)")
-    parser.add_argument("--top-p", type=float, default=None, help="default: the model's, else 0.95")
-    parser.add_argument("--min-p", type=float, default=None, help="default: the model's, else 0.05")
-    parser.add_argument("--repeat-penalty", type=float, default=None, help="default: the model's, else 1.0")
+def add_sampling_arguments(parser: argparse.ArgumentParser, command: str, defaults=None) -> None:
+    """A flag for every SamplingParams flag field, without a default of its own: an unset flag takes the model's
+    recommended setting (GGUF general.sampling.*, generation_config.json) where it has one, else `defaults`
+    (SamplingParams, or chat's ChatSettings)."""
+    from ..sampling_defaults import SAMPLING_FIELDS
+    from ..sampling_params import SamplingParams
+
+    def describe(name, value):
+        ours = describe_default(value).removeprefix("default: ") or "none"
+        return f"default: the model's, else {ours}" if name in SAMPLING_FIELDS else describe_default(value)
+
+    add_field_flags(parser, SamplingParams, command, defaults or SamplingParams, unset=True,
+                    describe_default=describe)
     parser.add_argument("--no-model-defaults", action="store_true",
                         help="ignore the sampling settings the model file recommends (use ours for unset flags)")
 
 
-def sampling_settings(args: argparse.Namespace, metadata: dict | None = None) -> dict:
-    """SamplingParams keywords for the sampling fields: each flag given, else the model's setting (from
-    `metadata`, unless --no-model-defaults), else the built-in default."""
-    from ..sampling_defaults import SAMPLING_FIELDS, model_sampling_defaults, resolve_sampling
+def sampling_settings(args: argparse.Namespace, metadata: dict | None = None, defaults=None) -> dict:
+    """SamplingParams keywords for every sampling flag: each flag given, else the model's setting (from
+    `metadata`, unless --no-model-defaults), else `defaults`' (SamplingParams' when None)."""
+    from ..sampling_defaults import model_sampling_defaults, resolve_sampling
     from ..sampling_params import SamplingParams
 
-    builtin = {field: getattr(SamplingParams(), field) for field in SAMPLING_FIELDS}
+    builtin = {name: default_in(defaults or SamplingParams, name) for name in flag_values(args, SamplingParams)}
     use_model = metadata is not None and not getattr(args, "no_model_defaults", False)
-    explicit = {field: getattr(args, field, None) for field in SAMPLING_FIELDS}
-    return resolve_sampling(explicit, model_sampling_defaults(metadata) if use_model else {}, builtin)
+    return resolve_sampling(given_values(args, SamplingParams),
+                            model_sampling_defaults(metadata) if use_model else {}, builtin)
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size in tokens (0 = model's)")
-    parser.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per prefill step")
+def add_engine_arguments(parser: argparse.ArgumentParser, command: str, **defaults) -> None:
+    """A flag for every EngineConfig flag field `command` takes (defaults: the command's own, where it has one),
+    and the thread and device flags."""
     parser.add_argument("-t", "--threads", type=int, default=0,
                         help="most CPU threads; fewer while other processes keep cores busy, re-checked as it "
                              "runs (default 0: all the cores)")
-    parser.add_argument("--backend", choices=["cpu", "reference"], default="cpu",
-                        help="kernel backend (reference = slow numpy oracle, for debugging)")
-    parser.add_argument("--kv-type", default="f16", metavar="TYPE",
-                        help="KV cache type: f16 (default), bf16, q8_0, fp8, q4_0 or f32")
+    add_field_flags(parser, EngineConfig, command, defaults)
     add_device_argument(parser)
-    add_parallel_arguments(parser)
-    add_spec_arguments(parser)
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..config import SPEC_METHODS
-
-    parser.add_argument("--spec", choices=SPEC_METHODS, default=None,
-                        help="speculative decoding: ngram (prompt lookup), draft (--draft-model), dflash, mtp")
-    parser.add_argument("--spec-k", type=int, default=4, help="most draft tokens per round (default 4)")
-    parser.add_argument("--draft-model", default=None, metavar="PATH",
-                        help="draft model (GGUF path or registry name) sharing the target's vocabulary")
-
-
-def spec_config(args: argparse.Namespace) -> dict:
-    """EngineConfig keywords for the speculative-decoding flags."""
+def engine_config(args: argparse.Namespace, model_path: str, **overrides) -> EngineConfig:
+    """The EngineConfig the engine flags ask for: --device and --backend pick the kernels, --draft-model goes
+    through the registry, --devices is parsed, and the thread count follows the free cores (--threads is the most)."""
     from ..registry import resolve_model
 
-    draft = getattr(args, "draft_model", None)
-    return {"spec": getattr(args, "spec", None), "spec_k": getattr(args, "spec_k", 4),
-            "draft_model_path": resolve_model(draft) if draft else None}
-
-
-def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tp", type=int, default=None, metavar="N",
-                        help="tensor parallelism: split every weight over N ranks, one process each (default 1)")
-    parser.add_argument("--devices", default=None, metavar="0,1,...",
-                        help="CUDA devices of the ranks, one per rank (with --device cuda; default 0..N-1)")
-
-
-def parallel_config(args: argparse.Namespace, backend: str) -> dict:
-    """EngineConfig keywords for --tp / --devices (--devices alone sets the rank count); the thread count follows the
-    free cores whatever --threads says (it is the most)."""
-    devices = _parse_devices(getattr(args, "devices", None))
+    settings = flag_values(args, EngineConfig)
+    backend = kernel_backend(args)
+    devices = parse_devices(settings.get("devices"))
     if devices and backend != "cuda":
         raise UsageError("--devices picks CUDA devices: it needs --device cuda (CPU ranks take no device list)")
-    tp_size = getattr(args, "tp", None)
-    tp_size = tp_size if tp_size is not None else len(devices) or 1
-    return {"tp_size": tp_size, "devices": devices, "follow_free_cores": True}
+    tp_size = settings.get("tp_size")
+    draft = settings.get("draft_model_path")
+    settings.update(backend=backend, devices=devices, tp_size=tp_size if tp_size is not None else len(devices) or 1,
+                    draft_model_path=resolve_model(draft) if draft else None, follow_free_cores=True, **overrides)
+    return EngineConfig(model_path=model_path, **settings)
 
 
-def _parse_devices(text: str | None) -> tuple[int, ...]:
+def parse_devices(text: str | None) -> tuple[int, ...]:
     if not text:
         return ()
     try:
@@ -116,19 +96,13 @@ def kernel_backend(args: argparse.Namespace) -> str:
     return backend_for(resolve_device(getattr(args, "device", "cpu")), args.backend)
 
 
-def make_engine(args: argparse.Namespace):
-    from ..engine.llm_engine import LLMEngine
-    from ..parallel import make_rank_group
+def make_engine(args: argparse.Namespace, **overrides):
+    """The engine the flags ask for (pocketcli/engine_factory.py), with the --threads count set first."""
+    from ..engine_factory import make_engine as make_engine_from_config
     from ..registry import resolve_model
 
     set_cpu_threads(args.threads)
-    backend = kernel_backend(args)
-    config = EngineConfig(model_path=resolve_model(args.model), ctx_size=args.ctx_size,
-                          max_num_batched_tokens=args.batch_size, backend=backend,
-                          enable_prefix_caching=getattr(args, "prefix_caching", True), kv_type=args.kv_type,
-                          **spec_config(args),
-                          **parallel_config(args, backend))
-    return LLMEngine(config, rank_group_factory=make_rank_group)
+    return make_engine_from_config(engine_config(args, resolve_model(args.model), **overrides))
 
 
 def set_cpu_threads(num_threads: int) -> None:

@@ -18,12 +18,8 @@ def add_parser(subparsers) -> None:
     add_model_argument(p)
     p.add_argument("-p", "--prompt", default=None, help="prompt text")
     p.add_argument("-f", "--file", default=None, help="read the prompt from a file")
-    p.add_argument("-n", "--max-tokens", type=int, default=256, help="tokens to generate (default 256)")
-    add_sampling_arguments(p)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
-    add_engine_arguments(p)
+    add_sampling_arguments(p, "generate")
+    add_engine_arguments(p, "generate")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     p.add_argument("--system", default=None, help="system message (with --chat)")
     p.add_argument("--messages", default=None, metavar="FILE",
@@ -34,8 +30,7 @@ def add_parser(subparsers) -> None:
 
 def make_sampling_params(args: argparse.Namespace, metadata: dict | None = None) -> SamplingParams:
     """The flags' settings; with the model's metadata, its recommended ones fill the flags not given."""
-    return SamplingParams(**sampling_settings(args, metadata), max_tokens=args.max_tokens, seed=args.seed,
-                          stop=list(args.stop), ignore_eos=args.ignore_eos)
+    return SamplingParams(**sampling_settings(args, metadata))
 
 
 def read_messages(path: str) -> list[dict]:
@@ -72,6 +67,7 @@ def encode_prompt(engine, args: argparse.Namespace, prompt: str | None) -> list[
 
 
 def sampling_report(params: SamplingParams) -> dict:
+    """The settings a model may recommend, as this run used them."""
     from ..sampling_defaults import SAMPLING_FIELDS
 
     return {field: getattr(params, field) for field in SAMPLING_FIELDS}
@@ -85,15 +81,21 @@ def speculative_stats(engine) -> dict:
 
 
 def generate(engine, prompt_ids: list[int], params: SamplingParams, compiles, show_text: bool) -> list:
-    """The generation's chunks; with show_text their text streams to stdout, held back while kernels compile (the
-    progress line on stderr would cut into it)."""
-    from ..engine.generation import stream_generate
+    """The generation's chunks, the engine run by an EngineLoop (its thread owns it, as in chat and serve); with
+    show_text their text streams to stdout, held back while kernels compile (the progress line on stderr would cut
+    into it). Ctrl-C aborts the request and stops the loop."""
+    from ..engine.engine_loop import EngineLoop, Request
 
     chunks: list = []
-    for text in compiles.stream_after_compiles(stream_texts(stream_generate(engine, prompt_ids, params), chunks)):
-        if show_text and text:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+    engine_loop = EngineLoop(engine, log_step_errors=False).start()  # an error ends the run as one line
+    try:
+        stream = engine_loop.stream(Request(prompt_ids, params))
+        for text in compiles.stream_after_compiles(stream_texts(stream, chunks)):
+            if show_text and text:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+    finally:
+        engine_loop.stop()
     return chunks
 
 

@@ -14,8 +14,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("perplexity", help="perplexity of a text file, as llama.cpp's llama-perplexity")
     add_model_argument(p)
     p.add_argument("-f", "--file", required=True, help="text file to score (e.g. bench/texts/botchan.txt)")
-    add_engine_arguments(p)
-    p.set_defaults(ctx_size=512)  # llama-perplexity's default window
+    add_engine_arguments(p, "perplexity", ctx_size=512)  # llama-perplexity's default window
     p.add_argument("--chunks", type=int, default=0, help="score at most this many windows (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -37,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ctx_size < 4 or args.chunks < 0:
         raise UsageError("perplexity needs --ctx-size >= 4 and --chunks >= 0")
     text = read_text(args.file)
-    args.prefix_caching = False  # windows share no prefix but BOS
-    engine = make_engine(args)
+    engine = make_engine(args, enable_prefix_caching=False)  # windows share no prefix but BOS
     windows = make_windows(engine.tokenizer.encode(text, add_special=False), args.ctx_size,
                            engine.tokenizer.bos_id, args.chunks)
     started = time.perf_counter()

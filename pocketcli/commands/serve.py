@@ -9,8 +9,7 @@ import threading
 
 from ..config import EngineConfig
 from ..errors import UsageError
-from .common import (add_engine_arguments, add_model_argument, kernel_backend, parallel_config, set_cpu_threads,
-                     spec_config)
+from .common import add_engine_arguments, add_model_argument, add_sampling_arguments, engine_config, set_cpu_threads
 from .models_cmd import default_model
 
 log = logging.getLogger("pocketcli.serve")
@@ -19,23 +18,38 @@ log = logging.getLogger("pocketcli.serve")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the OpenAI API (chat/completions, completions, metrics)")
     add_model_argument(p, chat=True)
-    add_engine_arguments(p)
+    add_engine_arguments(p, "serve")
+    add_request_defaults(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    p.add_argument("--max-num-seqs", type=int, default=8, help="sequences decoded together (default 8)")
     p.add_argument("--api-key", default=os.environ.get("POCKET_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $POCKET_API_KEY, else no key)")
     p.add_argument("--served-model-name", default=None, help="model name in the API (default: -m or registry)")
-    p.add_argument("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
     p.add_argument("--tool-call-parser", default=None,
                    help="tool-call format: hermes, qwen, llama3_json, mistral, generic (default: from the template)")
     p.add_argument("--reasoning-parser", default=None,
                    help="split <think>...</think> into reasoning_content: think, deepseek_r1, qwen3 "
                         "(default: on when the chat template uses think tags)")
-    p.add_argument("--no-model-defaults", action="store_true",
-                   help="requests without temperature/top_p/top_k/min_p/repetition_penalty get the API's defaults, "
-                        "not the model's recommended ones")
     p.set_defaults(run=run)
+
+
+def add_request_defaults(parser: argparse.ArgumentParser) -> None:
+    """The sampling flags, here the defaults of requests that leave a field out: a field the request sends wins,
+    then the flag, then the model's recommended setting (unless --no-model-defaults), then the OpenAI API's."""
+    from ..flag_spec import api_defaults
+    from ..sampling_params import SamplingParams
+
+    group = parser.add_argument_group("request defaults", "for a request that leaves the field out: the flag, "
+                                      "else the model's setting, else the OpenAI API's default")
+    add_sampling_arguments(group, "serve", defaults=api_defaults(SamplingParams))
+
+
+def sampling_flags(args: argparse.Namespace) -> dict:
+    """The sampling flags given, as SamplingParams fields."""
+    from ..sampling_params import SamplingParams
+    from .field_flags import given_values
+
+    return given_values(args, SamplingParams)
 
 
 def served_model_name(args: argparse.Namespace) -> str:
@@ -51,11 +65,7 @@ def served_model_name(args: argparse.Namespace) -> str:
 def make_engine_config(args: argparse.Namespace) -> EngineConfig:
     from ..registry import resolve_model
 
-    backend = kernel_backend(args)
-    return EngineConfig(model_path=resolve_model(args.model, for_chat=True), ctx_size=args.ctx_size,
-                        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.batch_size,
-                        backend=backend, enable_prefix_caching=not args.no_prefix_caching, kv_type=args.kv_type,
-                        **spec_config(args), **parallel_config(args, backend))
+    return engine_config(args, resolve_model(args.model, for_chat=True))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     args.model = args.model or default_model(for_chat=True)  # the chat default: clients send chat messages
     config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
     app = make_app(None, served_model_name(args), args.api_key, tool_call_parser=args.tool_call_parser,
-                   reasoning_parser=args.reasoning_parser, use_model_defaults=not args.no_model_defaults)
+                   reasoning_parser=args.reasoning_parser, use_model_defaults=not args.no_model_defaults,
+                   sampling_flags=sampling_flags(args))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                            timeout_graceful_shutdown=5))
     loader = threading.Thread(target=load_engine, args=(app, config, server, args.threads), daemon=True)
@@ -99,14 +110,13 @@ def load_engine(app, config: EngineConfig, server, num_threads: int = 0) -> None
     """Load in the background so /health can answer 503 while loading; a load failure stops the server."""
     from ..compile_progress_line import report_compiles_to_stderr
     from ..engine.engine_loop import EngineLoop
-    from ..engine.llm_engine import LLMEngine
     from ..engine.warm_up import warm_up
-    from ..parallel import make_rank_group
+    from ..engine_factory import make_engine
 
     set_cpu_threads(num_threads)  # numba's count is per thread: the EngineLoop built here hands it to its thread
     try:
         with report_compiles_to_stderr():  # its summary comes before "ready"
-            engine = LLMEngine(config, rank_group_factory=make_rank_group)
+            engine = make_engine(config)
             warm_up(engine)  # the first request does not wait for kernels to compile or load
         app.state.server.attach(EngineLoop(engine).start())
         # llguidance's view of the vocabulary takes seconds to build: do it now, not in the first request

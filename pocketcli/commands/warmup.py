@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
     add_model_argument(p)
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="processes compiling kernels at once (default: one per core)")
-    add_engine_arguments(p)
+    add_engine_arguments(p, "warmup")
     p.set_defaults(run=run, device="cpu")  # numba's CPU cache is what this fills
 
 
@@ -62,7 +62,7 @@ def model_leaf_jobs(args: argparse.Namespace) -> list:
     from ..registry import resolve_model
 
     model_file = open_model_file(resolve_model(args.model))
-    return leaf_jobs([model_file.tensor(name) for name in model_file.tensor_infos], args.batch_size)
+    return leaf_jobs([model_file.tensor(name) for name in model_file.tensor_infos], args.max_num_batched_tokens)
 
 
 def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:

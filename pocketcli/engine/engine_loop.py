@@ -1,9 +1,13 @@
-"""One background thread owns the LLMEngine; other threads talk to it only through queues.
+"""One background thread owns the LLMEngine; other threads talk to it only through queues. `pocket serve`,
+`pocket chat` (the Textual app and the plain REPL) and `pocket generate` all run their engine in one.
 
 Callers `submit` a Request and get what it produces delivered to a sink (by default a queue.Queue they read):
 GenerationChunk objects (text delta, token ids, logprobs; the last one carries finish_reason and stats), an
-Exception if the request failed, and then `None`, which always ends the stream. `abort(request_id)` is safe
-from any thread: the engine thread frees the request's KV blocks before its next step.
+Exception if the request failed, and then `None`, which always ends the stream. `stream(request)` is the same as
+a generator for a caller that waits (generate, chat). `abort(request_id)` is safe from any thread: the engine thread
+frees the request's KV blocks before its next step. `load(make_engine)` builds an engine on the engine thread and
+puts it in place of the one before (chat's model switch); requests queued after it run on the new one. `call(job)`
+runs any other job there, in order with the rest.
 """
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numba
@@ -58,8 +63,11 @@ class _Tracked:
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
+    def __init__(self, engine: LLMEngine | None = None, log_step_errors: bool = True):
+        """log_step_errors: log a failed step with its traceback (the server's log); generate and chat show the
+        error their request gets as one line instead."""
+        self.engine = engine  # None until load() has run
+        self.log_step_errors = log_step_errors
         self._inbox: queue.Queue = queue.Queue()
         self._tracked: dict[int, _Tracked] = {}  # seq_id -> request; touched only by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
@@ -87,6 +95,37 @@ class EngineLoop:
             self._inbox.put(("submit", request, sink))
         return out
 
+    def stream(self, request: Request) -> Iterator[GenerationChunk]:
+        """The request's chunks as they come, for a caller that waits (an engine error is raised here). Closing the
+        generator early, or a KeyboardInterrupt while it waits, aborts the request."""
+        out = self.submit(request)
+        done = False
+        try:
+            while (item := out.get()) is not None:
+                if isinstance(item, Exception):
+                    done = True
+                    raise item
+                yield item
+            done = True
+        finally:
+            if not done:
+                self.abort(request.request_id)
+
+    def call(self, job: Callable[[], object]) -> Future:
+        """Run job() on the engine thread, between steps and in order with the requests; the future holds what it
+        returns or raises."""
+        future: Future = Future()
+        if self._stopping:
+            future.set_exception(RuntimeError("the engine loop has stopped"))
+        else:
+            self._inbox.put(("call", job, future))
+        return future
+
+    def load(self, make_engine: Callable[[], LLMEngine]) -> Future:
+        """Build an engine on the engine thread and serve with it from then on; the one before is closed. The
+        future holds the new engine, or the error that kept it from loading (the previous one then stays)."""
+        return self.call(lambda: self._install(make_engine()))
+
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id, None))
 
@@ -112,12 +151,15 @@ class EngineLoop:
         numba.set_num_threads(self._num_threads)
         try:
             while not self._stopping:
-                self._drain_inbox(block=not self.engine.has_unfinished())
-                if not self._stopping and self.engine.has_unfinished():
+                self._drain_inbox(block=not self._has_work())
+                if not self._stopping and self._has_work():
                     self._step()
         finally:
             self._stopping = True
             self._fail_all(RuntimeError("the engine loop has stopped"))
+
+    def _has_work(self) -> bool:
+        return self.engine is not None and self.engine.has_unfinished()
 
     def _drain_inbox(self, block: bool) -> None:
         try:
@@ -133,11 +175,30 @@ class EngineLoop:
             self._add(payload, sink)
         elif kind == "abort":
             self._abort(payload)
+        elif kind == "call":
+            self._call(payload, sink)
         elif kind == "stop":
             self._stopping = True
 
+    def _call(self, job: Callable[[], object], future: Future) -> None:
+        try:
+            result = job()
+        except Exception as exc:  # reported to the caller; the loop goes on
+            future.set_exception(exc)
+            return
+        future.set_result(result)
+
+    def _install(self, engine: LLMEngine) -> LLMEngine:
+        self._fail_all(RuntimeError("the model was replaced"))
+        previous, self.engine = self.engine, engine
+        if hasattr(previous, "close"):
+            previous.close()  # a tensor-parallel engine's rank processes stop now, not at garbage collection
+        return engine
+
     def _add(self, request: Request, sink: Sink) -> None:
         try:
+            if self.engine is None:
+                raise RuntimeError("no model is loaded")
             seq = self.engine.add_request(request.prompt_token_ids, request.params)
         except Exception as exc:  # bad request: the caller gets the error, the loop goes on
             _deliver(sink, exc)
@@ -154,7 +215,8 @@ class EngineLoop:
         try:
             outputs = self.engine.step()
         except Exception as exc:  # an engine failure fails the requests in flight, not the server
-            log.exception("engine step failed")
+            if self.log_step_errors:
+                log.exception("engine step failed")
             self._fail_all(exc)
             return
         for output in outputs:
@@ -182,6 +244,8 @@ class EngineLoop:
             if kind == "submit":
                 _deliver(sink, exc)
                 _deliver(sink, None)
+            elif kind == "call":
+                sink.set_exception(exc)
         for seq_id, tracked in list(self._tracked.items()):
             self._tracked.pop(seq_id)
             if not tracked.stream.seq.is_finished:

@@ -127,7 +127,9 @@ class Completions:
                               f"{len(prompt_ids)} tokens (no room to generate). Shorten the prompt.",
                               "messages" if is_chat else "prompt", "context_length_exceeded")
         # generation ends with finish_reason "length" where the context is full
-        max_tokens = body.requested_max_tokens or (max_model_len - len(prompt_ids))
+        requested = (body.requested_max_tokens if body.sets_max_tokens
+                     else self.sampling_defaults.get("max_tokens", body.requested_max_tokens))  # serve -n
+        max_tokens = requested or (max_model_len - len(prompt_ids))
         logit_bias = self._logit_bias(body.logit_bias)
         try:
             params = [make_sampling_params(body, i, max_tokens, logit_bias, body.num_logprobs, structured_output,

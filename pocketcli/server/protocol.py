@@ -5,11 +5,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..flag_spec import api_default, api_defaults, api_fields
 from ..sampling_defaults import resolve_sampling
 from ..sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutputParams
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16
+REQUEST_FIELDS = api_fields(SamplingParams)  # request field -> SamplingParams field (repetition_penalty -> ...)
+
+
+def _default(field: str):
+    """The API's default of a SamplingParams field: written there once (pocketcli/flag_spec.py)."""
+    return api_default(SamplingParams, field)
+
+
 
 
 class StreamOptions(BaseModel):
@@ -49,20 +58,20 @@ class SamplingFields(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1)  # 0 or -1: disabled
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    temperature: float = Field(_default("temperature"), ge=0.0, le=2.0)
+    top_p: float = Field(_default("top_p"), gt=0.0, le=1.0)
+    top_k: int = Field(_default("top_k"), ge=-1)  # 0 or -1: disabled
+    min_p: float = Field(_default("min_p"), ge=0.0, le=1.0)
+    presence_penalty: float = Field(_default("presence_penalty"), ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(_default("frequency_penalty"), ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(_default("repeat_penalty"), gt=0.0, le=10.0)
+    stop: str | list[str] | None = None  # None: not sent (SamplingParams: no stop strings)
+    seed: int | None = _default("seed")
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, float] | None = None
-    ignore_eos: bool = False
+    ignore_eos: bool = _default("ignore_eos")
     user: str | None = None
     # vLLM-style constraints (send with the openai client's extra_body)
     guided_json: dict[str, Any] | str | None = None
@@ -75,10 +84,18 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     def stop_strings(self) -> list[str]:
-        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stop) > MAX_STOP_STRINGS:
-            raise ValueError(f"stop: at most {MAX_STOP_STRINGS} stop strings")
-        return stop
+        return stop_strings(self.stop)
+
+    @property
+    def sets_max_tokens(self) -> bool:
+        return bool({"max_tokens", "max_completion_tokens"} & self.model_fields_set)
+
+
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    stop = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ValueError(f"stop: at most {MAX_STOP_STRINGS} stop strings")
+    return stop
 
 
 class ChatMessage(BaseModel):
@@ -134,23 +151,17 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
-# request field -> SamplingParams field, for the settings a model may recommend (pocketcli/sampling_defaults.py)
-MODEL_DEFAULT_FIELDS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-                        "repetition_penalty": "repeat_penalty"}
-
-
 def make_sampling_params(body: SamplingFields, index: int, max_tokens: int, logit_bias: dict[int, float],
                          num_logprobs: int | None, structured_output: StructuredOutputParams | None = None,
                          model_defaults: dict | None = None) -> SamplingParams:
     """Engine settings for choice `index`; with a seed, choice i uses seed + i so n choices differ. A sampling
-    field the request leaves out takes the model's recommended value (model_defaults) before the API's default."""
-    sent = {field: getattr(body, name) for name, field in MODEL_DEFAULT_FIELDS.items() if name in body.model_fields_set}
-    api = {field: getattr(body, name) for name, field in MODEL_DEFAULT_FIELDS.items()}
-    settings = resolve_sampling(sent, model_defaults or {}, {**api, "repeat_last_n": SamplingParams.repeat_last_n})
-    return SamplingParams(
-        temperature=settings["temperature"], top_k=max(settings["top_k"], 0), top_p=settings["top_p"],
-        min_p=settings["min_p"], repeat_penalty=settings["repeat_penalty"], repeat_last_n=settings["repeat_last_n"],
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty, logit_bias=logit_bias, max_tokens=max_tokens,
-        seed=None if body.seed is None else body.seed + index, stop=body.stop_strings(),
-        ignore_eos=body.ignore_eos, logprobs=num_logprobs, structured_output=structured_output)
+    field the request leaves out takes the server's default (model_defaults: `pocket serve`'s sampling flags over
+    the model's recommended settings) before the API's."""
+    sent = {field: getattr(body, name) for name, field in REQUEST_FIELDS.items() if name in body.model_fields_set}
+    api = {**api_defaults(SamplingParams), **{field: getattr(body, name) for name, field in REQUEST_FIELDS.items()}}
+    settings = resolve_sampling(sent, model_defaults or {}, api)
+    seed = settings["seed"]
+    settings.update(top_k=max(settings["top_k"], 0), stop=stop_strings(settings["stop"]),
+                    seed=None if seed is None else seed + index, max_tokens=max_tokens)
+    return SamplingParams(**settings, logit_bias=logit_bias, logprobs=num_logprobs,
+                          structured_output=structured_output)

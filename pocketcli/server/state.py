@@ -27,6 +27,7 @@ class ServerState:
     tool_call_parser: str | None = None  # None: chosen from the chat template
     reasoning_parser: str | None = None  # None: on when the chat template uses think tags
     use_model_defaults: bool = True  # requests fall back to the model's recommended sampling settings
+    sampling_flags: dict = field(default_factory=dict)  # `pocket serve`'s sampling flags: over the model's
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -39,6 +40,7 @@ class ServerState:
         if chat_template is None:
             chat_template = default_chat_template(engine)
         defaults = model_sampling_defaults(engine.model_file.metadata) if self.use_model_defaults else {}
+        defaults.update(self.sampling_flags)
         self.completions = Completions(EngineClient(engine_loop), self.model_name, chat_template, self.metrics,
                                        self.tool_call_parser, self.reasoning_parser, defaults)
         self.engine_loop = engine_loop

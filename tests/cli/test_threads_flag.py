@@ -4,19 +4,19 @@ import argparse
 import numba
 import pytest
 
-from pocketcli.commands.common import add_engine_arguments, parallel_config, set_cpu_threads
+from pocketcli.commands.common import add_engine_arguments, engine_config, set_cpu_threads
 from pocketcli.errors import UsageError
 
 
 def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)
+    add_engine_arguments(parser, "generate")
     return parser.parse_args(list(argv))
 
 
 @pytest.mark.parametrize("argv", [(), ("-t", "0"), ("-t", "1"), ("--threads", "2")])
 def test_every_thread_count_follows_the_free_cores(argv):
-    assert parallel_config(_parse(*argv), "cpu")["follow_free_cores"] is True
+    assert engine_config(_parse("--device", "cpu", *argv), "model.gguf").follow_free_cores is True
 
 
 def test_negative_thread_count_is_a_usage_error():

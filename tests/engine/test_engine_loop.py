@@ -112,3 +112,38 @@ def test_engine_thread_keeps_its_creators_numba_thread_count(loop):
     builder.start()
     builder.join(60)
     assert seen == [1, 1]  # the error, then the end of the stream, both delivered on the engine thread
+
+
+def test_stream_yields_chunks_and_closing_it_aborts(loop):
+    chunks = list(loop.stream(Request(prompt(loop), GREEDY)))
+    assert chunks[-1].finish_reason == "length" and sum(len(c.token_ids) for c in chunks) == 6
+    stream = loop.stream(Request(prompt(loop), SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True)))
+    next(stream)
+    stream.close()  # what a Ctrl-C, a stopped chat reply or a gone reader does
+    drain(loop.submit(Request(prompt(loop), GREEDY)))  # queued after the abort: the blocks are free by now
+    assert loop.stats().num_running == 0 and loop.stats().num_blocks_used == 0
+    with pytest.raises(PromptTooLongError):
+        list(loop.stream(Request(list(range(1, 200)), GREEDY)))
+
+
+def test_load_builds_the_engine_on_the_loop_thread_and_replaces_the_one_before():
+    """Chat's model switch: the engine thread builds the new engine; a failed load leaves the previous one."""
+    def build():
+        built_on.append(threading.current_thread().name)
+        return LLMEngine(EngineConfig(resolve_model(None), ctx_size=64))
+
+    built_on = []
+    engine_loop = EngineLoop().start()
+    try:
+        with pytest.raises(RuntimeError, match="no model is loaded"):
+            list(engine_loop.stream(Request([1, 2], GREEDY)))
+        first = engine_loop.load(build).result(timeout=300)
+        assert engine_loop.engine is first and built_on == ["engine-loop"]
+        with pytest.raises(ValueError, match="bad model"):
+            engine_loop.load(lambda: (_ for _ in ()).throw(ValueError("bad model"))).result(timeout=60)
+        assert engine_loop.engine is first
+        assert engine_loop.call(lambda: threading.current_thread().name).result(timeout=60) == "engine-loop"
+        ids = first.tokenizer.encode("Hi", add_special=True)
+        assert list(engine_loop.stream(Request(ids, GREEDY)))[-1].finish_reason == "length"
+    finally:
+        engine_loop.stop()

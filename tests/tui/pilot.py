@@ -1,5 +1,5 @@
 """Helpers the Pilot tests share: build the app on a model, wait for the model and for replies, read the view."""
-from pocketcli.chat.session import ChatSettings, EngineOptions
+from pocketcli.chat.session import ChatSettings
 from tui import make_app
 from tui.screens.chat_screen import ChatScreen
 from tui.widgets.chat_input import ChatInput
@@ -10,7 +10,8 @@ SIZE = (100, 32)
 
 def build(tiny_model, **settings):
     settings = {"temperature": 0.0, "max_tokens": 24, **settings}
-    app = make_app(model=tiny_model, settings=ChatSettings(**settings), engine_options=EngineOptions(ctx_size=2048))
+    app = make_app(model=tiny_model, settings=ChatSettings(**settings),
+                   engine_options={"ctx_size": 2048, "kv_type": "f16"})
     record_notifications(app)
     return app
 

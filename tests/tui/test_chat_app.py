@@ -187,3 +187,16 @@ async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp
         assert any(sev == "error" and "cannot load" in m for sev, m in app.notified)
         await send(screen, pilot, "still works")  # the old model still answers
         assert views(screen)[-1][0] == "assistant" and views(screen)[-2] == ("user", "still works")
+
+
+async def test_the_sessions_engine_loop_owns_the_engine(tiny_model, data_dir):
+    """One owner thread: the app runs no engine thread of its own; quitting stops the session's EngineLoop."""
+    app = build(tiny_model, max_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        assert app.session.loop.is_alive and app.session.engine is app.session.loop.engine
+        assert not [worker for worker in app.workers if worker.name == "engine"]
+        await send(screen, pilot, "hello")
+        assert views(screen)[-1][0] == "assistant"
+    app.session.loop._thread.join(30)
+    assert not app.session.loop.is_alive

@@ -24,7 +24,7 @@ async def test_progress_posted_from_another_thread_shows_in_the_status_bar(tiny_
     app = build(tiny_model)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(app, pilot)
-        post = app.engine._post_compile_progress  # what the engine thread's compile watch calls
+        post = app.engine._post_compile_progress  # what the app's compile watch calls
         poster = threading.Thread(target=post, args=(CompileProgress("rms_norm", 12, True, 8.06, expected_total=37),))
         poster.start()
         poster.join()
@@ -43,6 +43,6 @@ async def test_a_compile_on_the_engine_thread_is_reported(tiny_model, data_dir):
     app = build(tiny_model)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(app, pilot)
-        app.engine.jobs.put(lambda: add_one(1.0))  # compiles on the engine thread, as a first reply's kernels do
+        app.session.loop.call(lambda: add_one(1.0))  # compiles on the engine thread, as a first reply's kernels do
         await wait_until(pilot, lambda: any("compiled 1 kernel in" in message for _, message in app.notified))
         assert "compiling" not in status_text(screen)

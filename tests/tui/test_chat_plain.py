@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pexpect
 
-from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
+from pocketcli.chat.session import ChatSession, ChatSettings
 from pocketcli.chat.store import ConversationStore
 
 POCKET = [sys.executable, "-m", "pocketcli.cli"]
@@ -92,7 +92,7 @@ def test_default_model_answers_two_turns_in_the_repl_and_one_through_a_pipe(chat
 
 def saved_earlier_chat(tiny_model) -> ChatSession:
     earlier = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
-                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))
+                          store=ConversationStore(), engine_options={"ctx_size": 512, "kv_type": "f16"})
     earlier.reply("first question")
     return earlier
 
@@ -139,3 +139,20 @@ def test_kill_9_of_the_textual_app_mid_reply(tiny_model, data_dir):
     os.kill(child.pid, signal.SIGKILL)
     child.close(force=True)
     assert_only_the_unfinished_reply_is_lost(data_dir, earlier)
+
+
+def test_stop_flag_ends_the_reply_in_the_repl(chat_default_model, data_dir):
+    """`pocket chat --stop` (a flag made from SamplingParams.stop, as generate's): SmolLM2-135M-Instruct answers
+    "Tokyo", greedy; with --stop Tokyo the reply ends just before it."""
+    args = POCKET[1:] + ["chat", "--plain", "--temperature", "0", "-n", "24", "-c", "2048", "--stop", "Tokyo"]
+    child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), env=dict(os.environ, TERM="dumb"),
+                          encoding="utf-8", timeout=120, dimensions=(40, 200))
+    child.expect("Ctrl\\+D quits")
+    child.expect("> ")
+    child.send("What is the capital of Japan?\r")
+    child.expect("> ")
+    child.send("/quit\r")
+    child.expect(pexpect.EOF)
+    [reply] = [t for t in saved(data_dir)[0]["turns"] if t["role"] == "assistant"]
+    assert reply["content"].strip() and "Tokyo" not in reply["content"]
+    assert reply["finish_reason"] == "stop"

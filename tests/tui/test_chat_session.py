@@ -2,7 +2,7 @@
 slash commands."""
 import pytest
 
-from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
+from pocketcli.chat.session import ChatSession, ChatSettings
 from pocketcli.chat.slash import run_slash
 from pocketcli.chat.store import ConversationStore
 
@@ -10,7 +10,7 @@ from pocketcli.chat.store import ConversationStore
 @pytest.fixture
 def session(tiny_model, data_dir):
     session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=12),
-                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=512))
+                          store=ConversationStore(), engine_options={"ctx_size": 512, "kv_type": "f16"})
     session.load_model()
     return session
 
@@ -69,7 +69,7 @@ def test_slash_commands(session, tmp_path):
 
 def test_full_context_drops_oldest_turns_and_says_so(tiny_model, data_dir):
     session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
-                          store=ConversationStore(), engine_options=EngineOptions(ctx_size=64))
+                          store=ConversationStore(), engine_options={"ctx_size": 64, "kv_type": "f16"})
     session.load_model()
     for turn in range(6):
         session.reply(f"turn {turn} " + "word " * 8)

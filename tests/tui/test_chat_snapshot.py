@@ -3,7 +3,7 @@ a collapsed thinking section), the settings panel and the model picker."""
 import pytest
 
 from pocketcli.chat.conversation import Conversation
-from pocketcli.chat.session import ChatSession, ChatSettings, EngineOptions
+from pocketcli.chat.session import ChatSession, ChatSettings
 from pocketcli.chat.store import ConversationStore
 from tui import make_app
 from tui.screens.chat_screen import ChatScreen
@@ -20,7 +20,7 @@ def app(tiny_model, models_dir):
     store = ConversationStore()
     store.save(conversation)
     session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, system="Be brief."), store=store,
-                          engine_options=EngineOptions(ctx_size=2048))
+                          engine_options={"ctx_size": 2048, "kv_type": "f16"})
     session.open("snapshot0001")
     return make_app(session=session)
 
