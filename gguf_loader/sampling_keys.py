@@ -1,20 +1,21 @@
 """The GGUF keys of a model's recommended sampling settings (gguf-py's Keys.General.SAMPLING_*), and a Hugging Face
-generation_config.json read into them, so that GGUF files and HF directories answer alike."""
+generation_config.json read into them, so that GGUF files and HF directories answer alike.
+
+The key names are written here, not read from gguf-py: importing gguf loads numpy and yaml (0.1 s of
+`pocket --help`, whose flags name these fields); tests/gguf/test_sampling_keys.py checks them against gguf.Keys."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from gguf import Keys
-
 # SamplingParams field -> (GGUF key, the field's type)
 SAMPLING_KEYS = {
-    "temperature": (Keys.General.SAMPLING_TEMP, float),
-    "top_k": (Keys.General.SAMPLING_TOP_K, int),
-    "top_p": (Keys.General.SAMPLING_TOP_P, float),
-    "min_p": (Keys.General.SAMPLING_MIN_P, float),
-    "repeat_penalty": (Keys.General.SAMPLING_PENALTY_REPEAT, float),
-    "repeat_last_n": (Keys.General.SAMPLING_PENALTY_LAST_N, int),
+    "temperature": ("general.sampling.temp", float),
+    "top_k": ("general.sampling.top_k", int),
+    "top_p": ("general.sampling.top_p", float),
+    "min_p": ("general.sampling.min_p", float),
+    "repeat_penalty": ("general.sampling.penalty_repeat", float),
+    "repeat_last_n": ("general.sampling.penalty_last_n", int),
 }
 # generation_config.json field -> SamplingParams field (the ones vLLM reads; do_sample is ignored, as there)
 GENERATION_CONFIG_FIELDS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -33,6 +34,6 @@ def generation_config_metadata(config: Mapping[str, Any]) -> dict[str, float | i
         if is_number(config.get(name)):
             key, kind = SAMPLING_KEYS[field]
             metadata[key] = kind(config[name])
-    if Keys.General.SAMPLING_PENALTY_REPEAT in metadata:
-        metadata[Keys.General.SAMPLING_PENALTY_LAST_N] = -1
+    if SAMPLING_KEYS["repeat_penalty"][0] in metadata:
+        metadata[SAMPLING_KEYS["repeat_last_n"][0]] = -1
     return metadata

@@ -38,7 +38,6 @@ KV_TYPES = {t.name: t for t in (
     KVType("f32", F32, 128, False), KVType("f16", F16, 64, False), KVType("bf16", BF16, 64, False),
     KVType("q8_0", Q8_0, 34, True), KVType("q4_0", Q4_0, 18, True), KVType("fp8", FP8, 34, True))}
 KV_TYPE_NAMES = tuple(KV_TYPES)
-DEFAULT_KV_TYPE = "f16"
 _BY_CODE = {t.code: t for t in KV_TYPES.values()}
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels_numba.kv_type import DEFAULT_KV_TYPE, kv_type_named
 
 from .flag_spec import setting
+
+DEFAULT_KV_TYPE = "f16"  # the commands' KV cache type (kernels_numba/kv_type.py lists the types)
 
 SPEC_METHODS = ("ngram", "draft", "dflash", "mtp")  # speculative-decoding drafters
 MAX_SPEC_K = 16
@@ -52,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"block-size must be >= 1, got {self.block_size}")
         self._check_spec()
         self._check_parallel()
+        from kernels_numba.kv_type import kv_type_named  # here: `pocket --help` builds configs' flags only
+
         kv_type_named(self.kv_type)  # a ValueError naming the choices
 
     def _check_spec(self) -> None:

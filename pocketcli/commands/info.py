@@ -4,11 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernels_numba.kv_type import DEFAULT_KV_TYPE, kv_type_named
-
+from ..config import DEFAULT_KV_TYPE
 from ..device import DEVICES, describe_device, resolve_device
 from ..errors import UsageError
-from ..sampling_defaults import describe_defaults, model_sampling_defaults
 from .common import add_model_argument
 
 
@@ -28,6 +26,7 @@ def describe(model_file) -> dict:
     from gguf_loader.hparams import read_hparams
 
     from ..models import model_class_for
+    from ..sampling_defaults import model_sampling_defaults
 
     metadata = model_file.metadata
     model_class_for(model_file.architecture)
@@ -131,8 +130,11 @@ def _prod(shape) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kernels_numba.kv_type import kv_type_named
+
     from ..model_source import open_model_file
     from ..registry import resolve_model
+    from ..sampling_defaults import describe_defaults
 
     info = describe(open_model_file(resolve_model(args.model)))
     kv_type_named(args.kv_type)  # a one-line error naming the choices

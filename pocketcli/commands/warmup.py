@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .common import add_engine_arguments, add_model_argument, make_engine
+
+if TYPE_CHECKING:  # imported where used: `pocket --help` builds this parser
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 
 def add_parser(subparsers) -> None:
@@ -67,6 +70,8 @@ def model_leaf_jobs(args: argparse.Namespace) -> list:
 
 def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor, list[Future]]:
     """Phase 1: the model's leaf kernels, each compiled into numba's cache by a worker process."""
+    from concurrent.futures import ProcessPoolExecutor
+
     from kernels_numba import compile_leaf
 
     from ..cache_save_lock import CAN_LOCK, lock_cache_saves
@@ -78,6 +83,8 @@ def submit_leaf_compiles(args: argparse.Namespace) -> tuple[ProcessPoolExecutor,
 
 
 def track(progress, description: str, futures: list[Future]) -> None:
+    from concurrent.futures import as_completed
+
     if not futures:
         return
     task = progress.add_task(description, total=len(futures))
