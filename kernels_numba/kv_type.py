@@ -3,9 +3,11 @@
 A cache of type f32 holds float32 rows [blocks, block_size, kv_heads, head_dim]; every other type holds raw bytes,
 uint8 [blocks, block_size, kv_heads, row_bytes], one head's keys (or values) of one token a row:
 - f16 / bf16: 2 bytes a value (IEEE half / the top half of a float32, rounded to nearest even);
-- q8_0 / q4_0: ggml's blocks of 32 values (d f16 | 32 int8; d f16 | 16 bytes of nibbles), quantized as llama.cpp's
-  quantize_row_q8_0 / q4_0 reference does; q4_0 blocks hold the orthonormal Walsh-Hadamard transform of the 32
-  values (read back through the same transform, its own inverse: reference_kv.hadamard_blocks);
+- q8_0 / q4_0: ggml's blocks of 32 values (d f16 | 32 int8; d f16 | 16 bytes of nibbles); q8_0 quantized as
+  llama.cpp's quantize_row_q8_0 reference does; q4_0 blocks hold the orthonormal Walsh-Hadamard transform of the
+  32 values (read back through the same transform, its own inverse: reference_kv.hadamard_blocks), with the
+  least-squares best of make_qx_quants' candidate scales (Q4_0_NUMERATORS) rather than peak / -8, and its
+  q4_0_outliers values of largest magnitude kept apart (f16 | index) after the blocks;
 - fp8: blocks of 32 E4M3 bytes after an f16 scale (amax / 448) per head and block of 32 values.
 """
 from __future__ import annotations
@@ -16,6 +18,21 @@ import numpy as np
 
 F32, F16, BF16, Q8_0, Q4_0, FP8 = range(6)
 VALUES_PER_BLOCK = 32  # the quantized types' block: one scale per head and 32 values
+# q4_0's candidate scales, as llama.cpp's make_qx_quants tries them: codes round(x * numerator / peak) for the
+# block's value of largest magnitude `peak`, numerator -(8 + 0.1 i), i = -9..9 (i = 0 is quantize_row_q4_0_ref's
+# peak / -8); a block keeps the candidate whose codes fit it best by least squares (reference_kv._quantize_q4_0)
+Q4_0_NUMERATORS = np.float32([-(8.0 + 0.1 * i) for i in range(-9, 10)])
+# a q4_0 row ends with its `q4_0_outliers` values of largest magnitude, kept as (f16 value | uint8 index) and
+# zeroed in the blocks: keys carry a few channels 10-70x the others' size (Gemma 3's low-frequency rope channels),
+# which set their blocks' scales and crushed the other 31 values
+Q4_0_OUTLIER_BYTES = 3
+MAX_Q4_0_OUTLIER_WIDTH = 256  # a one-byte index
+
+
+def q4_0_outliers(width: int) -> int:
+    """Values kept apart in a q4_0 row of `width` values: as many as keep the row within 0.15x of float32's bytes
+    (0.6 width >= 18 width / 32 + 3 n: n <= width / 80); none in rows too wide for a one-byte index."""
+    return width // 80 if width <= MAX_Q4_0_OUTLIER_WIDTH else 0
 
 
 @dataclass(frozen=True)
@@ -27,7 +44,14 @@ class KVType:
 
     def row_bytes(self, width: int) -> int:
         """Bytes of one head's row of `width` values."""
-        return width * self.block_bytes // VALUES_PER_BLOCK
+        outliers = q4_0_outliers(width) * Q4_0_OUTLIER_BYTES if self.code == Q4_0 else 0
+        return width * self.block_bytes // VALUES_PER_BLOCK + outliers
+
+    def row_width(self, row_bytes: int) -> int:
+        """Values in a row of `row_bytes` bytes (row_bytes' inverse; a q4_0 row's outliers take < one block)."""
+        if self.code == Q4_0:
+            return row_bytes // self.block_bytes * VALUES_PER_BLOCK
+        return row_bytes * VALUES_PER_BLOCK // self.block_bytes
 
     def row_length(self, width: int) -> int:
         """The cache array's last dimension for rows of `width` values: float32 values for f32, else bytes."""

@@ -12,9 +12,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from kernels_numba.cpu.ir.half import bits_to_float32, half_bits_to_float32, read_half
-from kernels_numba.cpu.matvec.block_decode import decode_bf16, decode_f16, decode_q4_0, decode_q8_0
-from kernels_numba.kv_type import BF16, F16, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK
+from kernels_numba.cpu.ir.half import half_bits_to_float32, read_half
+from kernels_numba.cpu.ir.vector_ir import F32, I8, I32, I64, data_pointer, is_contiguous_1d, load_half, load_vector
+from kernels_numba.cpu.matvec.block_decode import decode_bf16, decode_q4_0
+from kernels_numba.kv_type import (BF16, F16, FP8, MAX_Q4_0_OUTLIER_WIDTH, Q4_0, Q4_0_NUMERATORS,
+                                   Q4_0_OUTLIER_BYTES, Q8_0, VALUES_PER_BLOCK)
 
 E4M3_MAX = np.float32(448.0)
 HADAMARD_SCALE = np.float32(1.0 / np.sqrt(VALUES_PER_BLOCK))
@@ -92,23 +94,73 @@ def hadamard_block(x, first):
 
 
 @njit(cache=True)
+def _q4_0_fit(block, iscale):
+    """sum(x * code) in float64 and sum(code^2) of the codes round(x * iscale) clamped to [-8, 7]
+    (reference_kv.q4_0_fit)."""
+    sumlx, suml2 = 0.0, 0
+    for j in range(VALUES_PER_BLOCK):
+        code = min(7, max(-8, np.int32(_round_away(block[j] * iscale))))
+        sumlx += float(block[j]) * code
+        suml2 += code * code
+    return sumlx, suml2
+
+
+@njit(cache=True, inline="always")
+def q4_0_outliers(width):
+    """kv_type.q4_0_outliers, in compiled code."""
+    return width // 80 if width <= MAX_Q4_0_OUTLIER_WIDTH else 0
+
+
+@njit(cache=True)
+def _take_q4_0_outliers(values, row, rest):
+    """rest = values with the row's q4_0_outliers values of largest magnitude zeroed (largest first, the lower
+    position among equals: reference_kv.q4_0_outlier_positions), each written after the blocks as f16 | index."""
+    width = values.size
+    base = 18 * (width // VALUES_PER_BLOCK)
+    for j in range(width):
+        rest[j] = values[j]
+    for k in range(q4_0_outliers(width)):
+        best, best_size = -1, np.float32(0.0)
+        for j in range(width):  # a taken position is zeroed, but a zero may still tie: skip those taken
+            taken = False
+            for t in range(k):
+                taken = taken or row[base + Q4_0_OUTLIER_BYTES * t + 2] == j
+            if not taken and (best < 0 or abs(values[j]) > best_size):
+                best, best_size = j, abs(values[j])
+        _write_half(row, base + Q4_0_OUTLIER_BYTES * k, values[best])
+        row[base + Q4_0_OUTLIER_BYTES * k + 2] = np.uint8(best)
+        rest[best] = np.float32(0.0)
+
+
+@njit(cache=True)
 def _encode_q4_0(values, row):
+    """reference_kv._quantize_q4_0_rows: outliers apart; of the rest, each block's Hadamard transform with the best
+    of make_qx_quants' scales."""
+    rest = np.empty(values.size, dtype=np.float32)
+    _take_q4_0_outliers(values, row, rest)
     rotated = np.empty(VALUES_PER_BLOCK, dtype=np.float32)
     for blk in range(values.size // VALUES_PER_BLOCK):
         first, base = VALUES_PER_BLOCK * blk, 18 * blk
         for j in range(VALUES_PER_BLOCK):
-            rotated[j] = values[first + j]
+            rotated[j] = rest[first + j]
         hadamard_block(rotated, 0)
         amax, peak = np.float32(0.0), rotated[0]  # the first value of largest magnitude, as llama.cpp
         for j in range(VALUES_PER_BLOCK):
             if abs(rotated[j]) > amax:
                 amax, peak = abs(rotated[j]), rotated[j]
-        d = peak / np.float32(-8.0)
-        inverse = _inverse(d)
+        safe_peak = peak if peak != 0 else np.float32(1.0)
+        best_score, best_iscale, d = -1.0, np.float32(0.0), np.float32(0.0)
+        for numerator in Q4_0_NUMERATORS:
+            iscale = numerator / safe_peak
+            sumlx, suml2 = _q4_0_fit(rotated, iscale)
+            score = sumlx * sumlx / suml2 if suml2 > 0 else 0.0
+            if score > best_score:
+                best_score, best_iscale = score, iscale
+                d = np.float32(sumlx / suml2) if suml2 > 0 else np.float32(0.0)
         _write_half(row, base, d)
         for j in range(VALUES_PER_BLOCK // 2):
-            low = min(15, np.int32(math.floor(rotated[j] * inverse + np.float32(8.5))))
-            high = min(15, np.int32(math.floor(rotated[16 + j] * inverse + np.float32(8.5))))
+            low = min(7, max(-8, np.int32(_round_away(rotated[j] * best_iscale)))) + 8
+            high = min(7, max(-8, np.int32(_round_away(rotated[16 + j] * best_iscale)))) + 8
             row[base + 2 + j] = np.uint8(low | (high << 4))
 
 
@@ -164,6 +216,79 @@ def encode_kv_row(values, kv_type, row):
         _encode_halves(values, kv_type, row)
 
 
+HALVES_AT_ONCE = 16  # fp16 values one vector conversion reads (a 512-bit register of float32)
+_HALF_BITS = ir.VectorType(ir.IntType(16), HALVES_AT_ONCE)
+_HALVES = ir.VectorType(ir.HalfType(), HALVES_AT_ONCE)
+_HALF_FLOATS = ir.VectorType(F32, HALVES_AT_ONCE)
+_BLOCK_CODES = ir.VectorType(I8, VALUES_PER_BLOCK)
+_BLOCK_FLOATS = ir.VectorType(F32, VALUES_PER_BLOCK)
+
+
+def _index(context, builder, value, value_type):
+    return context.cast(builder, value, value_type, types.int64)
+
+
+@intrinsic
+def halves_into(typingctx, row, out, first):
+    """out[first:first+16] = the fp16 values at row bytes 2*first.. as float32: one vector load and conversion
+    (vcvtph2ps), where a loop of read_half assembled each value from two bytes (attention at 2,000 keys decodes
+    4,000 rows a token)."""
+    if not (is_contiguous_1d(row, (types.uint8,)) and is_contiguous_1d(out, (types.float32,))
+            and isinstance(first, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        row_type, out_type, first_type = signature.args
+        at = _index(context, builder, args[2], first_type)
+        source = builder.gep(data_pointer(context, builder, row_type, args[0], I8), [builder.mul(at, I64(2))])
+        values = builder.fpext(builder.bitcast(load_vector(builder, source, _HALF_BITS), _HALVES), _HALF_FLOATS)
+        target = builder.gep(data_pointer(context, builder, out_type, args[1], F32), [at])
+        builder.store(values, builder.bitcast(target, _HALF_FLOATS.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.none(row, out, first), codegen
+
+
+@intrinsic
+def q8_0_block_into(typingctx, row, base, out, first):
+    """out[first:first+32] = the q8_0 block at row byte `base` (d f16 | 32 int8) as float32 code * d, in vectors:
+    the same products as block_decode.decode_q8_0, whose per-block loop LLVM vectorised behind an alias check."""
+    if not (is_contiguous_1d(row, (types.uint8,)) and is_contiguous_1d(out, (types.float32,))
+            and isinstance(base, types.Integer) and isinstance(first, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        row_type, base_type, out_type, first_type = signature.args
+        block = builder.gep(data_pointer(context, builder, row_type, args[0], I8),
+                            [_index(context, builder, args[1], base_type)])
+        d = builder.insert_element(ir.Constant(_BLOCK_FLOATS, ir.Undefined), load_half(builder, block), I32(0))
+        d = builder.shuffle_vector(d, ir.Constant(_BLOCK_FLOATS, ir.Undefined),
+                                   ir.Constant(ir.VectorType(I32, VALUES_PER_BLOCK), [0] * VALUES_PER_BLOCK))
+        codes = load_vector(builder, builder.gep(block, [I64(2)]), _BLOCK_CODES)
+        target = builder.gep(data_pointer(context, builder, out_type, args[2], F32),
+                             [_index(context, builder, args[3], first_type)])
+        builder.store(builder.fmul(builder.sitofp(codes, _BLOCK_FLOATS), d),
+                      builder.bitcast(target, _BLOCK_FLOATS.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.none(row, base, out, first), codegen
+
+
+@njit(cache=True)
+def decode_f16(row, out):
+    whole = out.size - out.size % HALVES_AT_ONCE
+    for first in range(0, whole, HALVES_AT_ONCE):
+        halves_into(row, out, first)
+    for j in range(whole, out.size):  # an f16 row need not be whole vectors
+        out[j] = read_half(row, 2 * j)
+
+
+@njit(cache=True)
+def decode_q8_0(row, out):
+    for blk in range(out.size // VALUES_PER_BLOCK):
+        q8_0_block_into(row, 34 * blk, out, VALUES_PER_BLOCK * blk)
+
+
 @njit(cache=True)
 def decode_fp8(row, out):
     for blk in range(out.size // VALUES_PER_BLOCK):
@@ -184,9 +309,12 @@ def decode_kv_row(row, kv_type, out):
     elif kv_type == Q8_0:
         decode_q8_0(row, out)
     elif kv_type == Q4_0:
-        decode_q4_0(row, out)
+        decode_q4_0(row, out)  # the blocks (it reads whole blocks; the outliers' bytes follow them)
         for first in range(0, out.size, VALUES_PER_BLOCK):  # stored as the blocks' transforms
             hadamard_block(out, first)
+        base = 18 * (out.size // VALUES_PER_BLOCK)
+        for k in range(q4_0_outliers(out.size)):
+            out[row[base + Q4_0_OUTLIER_BYTES * k + 2]] = read_half(row, base + Q4_0_OUTLIER_BYTES * k)
     else:
         decode_fp8(row, out)
 

@@ -12,9 +12,11 @@ from numba import cuda
 
 from gguf_loader.fp8_layout import E4M3_TABLE
 from kernels_numba.cuda.half import float_from_bits, half_to_float
-from kernels_numba.kv_type import BF16, F16, F32, FP8, Q4_0, Q8_0, VALUES_PER_BLOCK
+from kernels_numba.kv_type import (BF16, F16, F32, FP8, MAX_Q4_0_OUTLIER_WIDTH, Q4_0, Q4_0_NUMERATORS,
+                                   Q4_0_OUTLIER_BYTES, Q8_0, VALUES_PER_BLOCK, q4_0_outliers)
 
 E4M3_VALUES = np.nan_to_num(E4M3_TABLE, nan=480.0)
+MAX_Q4_0_OUTLIERS = q4_0_outliers(MAX_Q4_0_OUTLIER_WIDTH)
 HADAMARD_SCALE = np.float32(1.0 / np.sqrt(VALUES_PER_BLOCK))  # 0x7f / 0xff: never written (the encoder saturates at 448)
 
 
@@ -36,12 +38,30 @@ def kv_value(cache, kv_type, block, offset, head, d):
         return float_from_bits(bits << 16)
     j = d % VALUES_PER_BLOCK
     if kv_type == Q4_0:
-        return _q4_0_value(cache, block, offset, head, d // VALUES_PER_BLOCK, j)
+        return _q4_0_row_value(cache, block, offset, head, d)
     base = (d // VALUES_PER_BLOCK) * 34
     code = np.int32(cache[block, offset, head, base + 2 + j])
     if kv_type == Q8_0:
         return np.float32(code - 256 if code > 127 else code) * read_half_at(cache, block, offset, head, base)
     return E4M3_VALUES[code] * read_half_at(cache, block, offset, head, base)
+
+
+@cuda.jit(device=True)
+def q4_0_outlier_count(width):
+    """kv_type.q4_0_outliers on the device."""
+    return width // 80 if width <= MAX_Q4_0_OUTLIER_WIDTH else 0
+
+
+@cuda.jit(device=True)
+def _q4_0_row_value(cache, block, offset, head, d):
+    """Value d of a q4_0 row: an outlier kept after the blocks (f16 | index), else its block's value."""
+    width = (cache.shape[3] // 18) * VALUES_PER_BLOCK  # the outliers take less than one block
+    base = 18 * (width // VALUES_PER_BLOCK)
+    for k in range(q4_0_outlier_count(width)):
+        at = base + Q4_0_OUTLIER_BYTES * k
+        if cache[block, offset, head, at + 2] == d:
+            return read_half_at(cache, block, offset, head, at)
+    return _q4_0_value(cache, block, offset, head, d // VALUES_PER_BLOCK, d % VALUES_PER_BLOCK)
 
 
 @cuda.jit(device=True)
@@ -132,17 +152,42 @@ def round_away(v):
 
 @cuda.jit(device=True)
 def _block_scale(block_values, kv_type):
-    """The block's scale before fp16 rounding: amax / 127 (q8_0), amax / 448 (fp8), the largest-magnitude value / -8
-    (q4_0, the first of equals, as llama.cpp)."""
-    amax, peak = np.float32(0.0), block_values[0]
+    """The block's scale before fp16 rounding: amax / 127 (q8_0), amax / 448 (fp8)."""
+    amax = np.float32(0.0)
+    for j in range(VALUES_PER_BLOCK):
+        amax = max(amax, abs(block_values[j]))
+    if kv_type == Q8_0:
+        return amax / np.float32(127.0)
+    return amax / np.float32(448.0)
+
+
+@cuda.jit(device=True)
+def q4_0_code(x, iscale):
+    return min(7, max(-8, int(round_away(x * iscale))))
+
+
+@cuda.jit(device=True)
+def _q4_0_scales(block_values):
+    """(iscale, d) of a q4_0 block (its Hadamard transform): the least-squares best of make_qx_quants' candidates,
+    as reference_kv._quantize_q4_0 (float64 sums: exact, so fused multiply-adds cannot change them)."""
+    amax, peak = np.float32(0.0), block_values[0]  # the first value of largest magnitude, as llama.cpp
     for j in range(VALUES_PER_BLOCK):
         if abs(block_values[j]) > amax:
             amax, peak = abs(block_values[j]), block_values[j]
-    if kv_type == Q8_0:
-        return amax / np.float32(127.0)
-    if kv_type == Q4_0:
-        return peak / np.float32(-8.0)
-    return amax / np.float32(448.0)
+    safe_peak = peak if peak != 0 else np.float32(1.0)
+    best_score, best_iscale, d = -1.0, np.float32(0.0), np.float32(0.0)
+    for i in range(Q4_0_NUMERATORS.size):
+        iscale = Q4_0_NUMERATORS[i] / safe_peak
+        sumlx, suml2 = 0.0, 0
+        for j in range(VALUES_PER_BLOCK):
+            code = q4_0_code(block_values[j], iscale)
+            sumlx += float(block_values[j]) * code
+            suml2 += code * code
+        score = sumlx * sumlx / suml2 if suml2 > 0 else 0.0
+        if score > best_score:
+            best_score, best_iscale = score, iscale
+            d = np.float32(sumlx / suml2) if suml2 > 0 else np.float32(0.0)
+    return best_iscale, d
 
 
 @cuda.jit(device=True)
@@ -164,24 +209,60 @@ def store_block(values, token, head, unit, cache, kv_type, block, offset):
 
 
 @cuda.jit(device=True)
+def q4_0_outlier_positions(values, token, head, positions):
+    """positions[:count] = the row's q4_0 outliers (reference_kv.q4_0_outlier_positions: largest magnitude first,
+    the lower position among equals); returns count. Every thread of the row finds them alike."""
+    width = values.shape[2]
+    count = q4_0_outlier_count(width)
+    for k in range(count):
+        best, best_size = -1, np.float32(0.0)
+        for j in range(width):
+            taken = False
+            for t in range(k):
+                taken = taken or positions[t] == j
+            if not taken and (best < 0 or abs(values[token, head, j]) > best_size):
+                best, best_size = j, abs(values[token, head, j])
+        positions[k] = best
+    return count
+
+
+@cuda.jit(device=True)
+def _store_q4_0_block(values, token, head, block_values, first, cache, block, offset):
+    """q4_0: the row's outliers zeroed in the block (unit 0 writes them after the blocks), then the block's
+    Hadamard transform with the best candidate scale (_q4_0_scales)."""
+    positions = cuda.local.array(MAX_Q4_0_OUTLIERS, np.int64)
+    width = values.shape[2]
+    for k in range(q4_0_outlier_positions(values, token, head, positions)):
+        at = positions[k]
+        if first <= at < first + VALUES_PER_BLOCK:
+            block_values[at - first] = np.float32(0.0)
+        if first == 0:
+            base = 18 * (width // VALUES_PER_BLOCK) + Q4_0_OUTLIER_BYTES * k
+            _write_half(cache, block, offset, head, base, values[token, head, at])
+            cache[block, offset, head, base + 2] = at
+    hadamard_block(block_values)
+    iscale, d = _q4_0_scales(block_values)
+    base = (first // VALUES_PER_BLOCK) * 18
+    _write_half(cache, block, offset, head, base, d)
+    for j in range(VALUES_PER_BLOCK // 2):
+        low, high = q4_0_code(block_values[j], iscale) + 8, q4_0_code(block_values[16 + j], iscale) + 8
+        cache[block, offset, head, base + 2 + j] = low | (high << 4)
+
+
+@cuda.jit(device=True)
 def _store_scaled_block(values, token, head, first, cache, kv_type, block, offset):
     block_values = cuda.local.array(VALUES_PER_BLOCK, np.float32)
     for j in range(VALUES_PER_BLOCK):
         block_values[j] = values[token, head, first + j]
     if kv_type == Q4_0:
-        hadamard_block(block_values)  # q4_0 stores the block's transform
+        _store_q4_0_block(values, token, head, block_values, first, cache, block, offset)
+        return
     d = _block_scale(block_values, kv_type)
     if kv_type == FP8:
         d = half_to_float(half_bits(d))  # fp8 divides by the scale it stores
     inverse = np.float32(1.0) / d if d != 0 else np.float32(0.0)
-    base = (first // VALUES_PER_BLOCK) * (18 if kv_type == Q4_0 else 34)
+    base = (first // VALUES_PER_BLOCK) * 34
     _write_half(cache, block, offset, head, base, d)
-    if kv_type == Q4_0:
-        for j in range(VALUES_PER_BLOCK // 2):
-            low = min(15, int(math.floor(block_values[j] * inverse + np.float32(8.5))))
-            high = min(15, int(math.floor(block_values[16 + j] * inverse + np.float32(8.5))))
-            cache[block, offset, head, base + 2 + j] = low | (high << 4)
-        return
     for j in range(VALUES_PER_BLOCK):
         v = block_values[j] * inverse
         cache[block, offset, head, base + 2 + j] = (int(round_away(v)) & 0xFF) if kv_type == Q8_0 else e4m3_code(v)

@@ -81,7 +81,8 @@ def test_info_describes_default_model(capsys):
 def test_info_sizes_the_kv_cache_of_a_type_in_a_given_memory(capsys):
     code, out, _ = run_cli(capsys, "info", "--json", "--kv-type", "q4_0", "--memory", "90M")
     info = json.loads(out)
-    assert code == 0 and info["kv_bytes_per_token"] == 18 * 256 // 32 * 18 * 2
+    # 8 blocks of 18 bytes and 3 outliers of 3 bytes a row (kv_type.q4_0_outliers)
+    assert code == 0 and info["kv_bytes_per_token"] == 18 * (256 // 32 * 18 + 3 * 3) * 2
     assert info["kv_tokens_that_fit"] == 90 * 2**20 // info["kv_bytes_per_token"]
     assert run_cli(capsys, "info", "--kv-type", "q5")[0] == 2
     assert run_cli(capsys, "info", "--memory", "lots")[0] == 2

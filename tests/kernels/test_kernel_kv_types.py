@@ -7,7 +7,8 @@ from kernels_numba import get_ops
 from kernels_numba.cpu import attention, prefill_attention
 from kernels_numba.cpu.kv_row import decode_kv_row, encode_kv_row
 from kernels_numba.kv_type import F32, KV_TYPES, make_kv_layer
-from kernels_numba.reference_kv import dequantize_kv_rows, e4m3_codes, hadamard_blocks, quantize_kv_rows
+from kernels_numba.reference_kv import (dequantize_kv_rows, e4m3_codes, hadamard_blocks, q4_0_outlier_positions,
+                                       quantize_kv_rows)
 from gguf_loader.fp8_layout import E4M3_TABLE
 from tests.kernels.test_kernel_attention import make_paged_batch
 
@@ -28,9 +29,10 @@ def awkward_rows(rng, width=64):
     return rows.astype(np.float32)
 
 
+@pytest.mark.parametrize("width", [64, 256])  # a q4_0 row of 256 keeps 3 outliers apart, of 64 none
 @pytest.mark.parametrize("name", STORED_TYPES)
-def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name):
-    code, rows = KV_TYPES[name].code, awkward_rows(np.random.default_rng(1))
+def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name, width):
+    code, rows = KV_TYPES[name].code, awkward_rows(np.random.default_rng(1), width)
     expected = quantize_kv_rows(rows, code)
     got, decoded = np.empty_like(expected), np.empty_like(rows)
     for r in range(len(rows)):
@@ -39,12 +41,39 @@ def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name):
     assert np.array_equal(got, expected)
     assert np.array_equal(decoded, dequantize_kv_rows(expected, code))
     if name == "q4_0":  # rounded in the Hadamard domain: bounded there, and the transform keeps L2 norms
+        at = q4_0_outlier_positions(rows)
+        kept = np.take_along_axis(rows, at, axis=1)
+        assert np.array_equal(np.take_along_axis(decoded, at, axis=1), kept.astype(np.float16).astype(np.float32))
         rotated = hadamard_blocks(rows.reshape(-1, 32))
         error = np.linalg.norm((decoded - rows).reshape(-1, 32), axis=1)
         assert (error <= np.sqrt(32) * np.abs(rotated).max(axis=1) / 8 * 1.001 + 1e-6).all()
         return
     scale = np.abs(rows).max(axis=1, keepdims=True)
     assert (np.abs(decoded - rows) <= ROW_ERROR[name] * scale).all()
+
+
+@pytest.mark.parametrize("name", ["f16", "bf16"])
+def test_half_rows_of_any_width_decode_as_the_oracle(name):  # the f16 decoder converts 16 at a time, then a tail
+    code, rows = KV_TYPES[name].code, awkward_rows(np.random.default_rng(2), width=64)[:, :41]
+    expected = quantize_kv_rows(rows, code)
+    decoded = np.empty_like(rows)
+    for r in range(len(rows)):
+        decode_kv_row(expected[r], code, decoded[r])
+    assert np.array_equal(decoded, dequantize_kv_rows(expected, code))
+
+
+def test_q4_0_outliers_and_scale_search_beat_llamacpps_rounding():
+    """Rows with a few large channels (as Gemma 3's keys): outliers kept apart and the least-squares scale lose
+    far less than plain peak / -8 blocks of the same transforms."""
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((64, 256)).astype(np.float32)
+    rows[:, [7, 100, 254]] += np.float32([30.0, -20.0, 60.0])
+    plain = hadamard_blocks(rows.reshape(-1, 32))
+    at = np.abs(plain).argmax(axis=1)[:, None]
+    d = (np.take_along_axis(plain, at, axis=1) / -8).astype(np.float16).astype(np.float32)
+    plain = hadamard_blocks(np.clip(np.floor(plain / d + 8.5), 0, 15).astype(np.float32) - 8) * d
+    ours = dequantize_kv_rows(quantize_kv_rows(rows, KV_TYPES["q4_0"].code), KV_TYPES["q4_0"].code)
+    assert np.linalg.norm(ours - rows) < 0.5 * np.linalg.norm(plain.reshape(rows.shape) - rows)
 
 
 def test_hadamard_blocks_are_orthonormal_and_their_own_inverse():
@@ -71,9 +100,9 @@ def test_bytes_per_token_of_each_type_against_f32():
 @pytest.mark.parametrize("name", list(KV_TYPES))
 def test_cpu_store_kv_writes_the_oracles_bytes(name):
     rng = np.random.default_rng(2)
-    k, v = rng.standard_normal((2, 5, 2, 64)).astype(np.float32)
+    k, v = rng.standard_normal((2, 5, 2, 128)).astype(np.float32)  # 128: a q4_0 row keeps an outlier apart
     slots = np.array([9, 0, -1, 4, 15])
-    caches = {backend: [make_kv_layer(4, 4, 2, 64, KV_TYPES[name]) for _ in range(2)] for backend in ("cpu", "ref")}
+    caches = {backend: [make_kv_layer(4, 4, 2, 128, KV_TYPES[name]) for _ in range(2)] for backend in ("cpu", "ref")}
     cpu.store_kv(k, v, *caches["cpu"], slots)
     reference.store_kv(k, v, *caches["ref"], slots)
     for got, expected in zip(caches["cpu"], caches["ref"]):
@@ -91,7 +120,7 @@ def tiny_tiles(monkeypatch):
 def test_paged_attention_of_every_kv_type_matches_the_oracle(name, tiny_tiles, threading_mode):
     """A prompt (the tiled path), a prompt chunk, two decodes and an idle sequence, over shuffled blocks."""
     rng = np.random.default_rng(3)
-    batch = make_paged_batch(rng, context_lens=[11, 17, 9, 6, 3], query_lens=[11, 7, 1, 2, 0], head_dim=64,
+    batch = make_paged_batch(rng, context_lens=[11, 17, 9, 6, 3], query_lens=[11, 7, 1, 2, 0], head_dim=128,
                              block_size=2, kv_type=name)
     args = (*batch, 0.2, 0, 0.0)
     np.testing.assert_allclose(cpu.paged_attention(*args), reference.paged_attention(*args), rtol=1e-5, atol=1e-5)
