@@ -61,23 +61,33 @@ def make_windows(token_ids: list[int], ctx: int, bos_id: int | None, max_windows
     return windows
 
 
+def log_softmax_rows(logits: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, log softmax of rows first.. in float64), ROWS_AT_ONCE rows at a time."""
+    for start in range(0, len(logits), ROWS_AT_ONCE):
+        rows = logits[start:start + ROWS_AT_ONCE].astype(np.float64)
+        peak = rows.max(axis=1, keepdims=True)
+        yield start, rows - (np.log(np.exp(rows - peak).sum(axis=1, keepdims=True)) + peak)
+
+
 def token_nll(logits: np.ndarray, next_ids: np.ndarray) -> np.ndarray:
     """-log softmax(logits[i])[next_ids[i]] for each row, in float64."""
     nll = np.empty(len(next_ids), dtype=np.float64)
-    for start in range(0, len(next_ids), ROWS_AT_ONCE):
-        rows = logits[start:start + ROWS_AT_ONCE].astype(np.float64)
-        peak = rows.max(axis=1, keepdims=True)
-        log_total = np.log(np.exp(rows - peak).sum(axis=1)) + peak[:, 0]
-        chosen = rows[np.arange(len(rows)), next_ids[start:start + ROWS_AT_ONCE]]
-        nll[start:start + len(rows)] = log_total - chosen
+    for start, log_probs in log_softmax_rows(logits):
+        stop = start + len(log_probs)
+        nll[start:stop] = -log_probs[np.arange(len(log_probs)), next_ids[start:stop]]
     return nll
 
 
-def window_nll(engine, window: list[int]) -> np.ndarray:
-    """NLL of the second half of one window: tokens ctx/2+1 .. ctx-1, each from the logits of the one before."""
+def window_logits(engine, window: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(logits, next token ids) of the second half of one window: tokens ctx/2+1 .. ctx-1, each from the logits of
+    the one before."""
     first = len(window) // 2
     logits = engine.score(window, first_position=first)  # rows for positions first .. ctx-1
-    return token_nll(logits[:-1], np.asarray(window[first + 1:], dtype=np.int64))
+    return logits[:-1], np.asarray(window[first + 1:], dtype=np.int64)
+
+
+def window_nll(engine, window: list[int]) -> np.ndarray:
+    return token_nll(*window_logits(engine, window))
 
 
 def stream_perplexity(engine, windows: list[list[int]]) -> Iterator[PerplexityEstimate]:
@@ -86,3 +96,58 @@ def stream_perplexity(engine, windows: list[list[int]]) -> Iterator[PerplexityEs
     for window in windows:
         estimate.add(window_nll(engine, window))
         yield estimate
+
+
+@dataclass
+class Divergence:
+    """How far an engine's next-token distributions are from a base engine's on the same windows (llama-perplexity
+    --kl-divergence): mean KL(base || this), how often the top tokens agree, and ln(PPL / base PPL) with the
+    standard error of the paired per-token NLL gaps (far tighter than the two PPLs' own ± when they differ
+    little)."""
+    num_scored: int = 0
+    kl_sum: float = 0.0
+    same_top: int = 0
+    gap_sum: float = 0.0
+    gap_square_sum: float = 0.0
+
+    def add(self, base_logits: np.ndarray, logits: np.ndarray, next_ids: np.ndarray) -> None:
+        for (start, base), (_, this) in zip(log_softmax_rows(base_logits), log_softmax_rows(logits)):
+            rows = np.arange(len(base))
+            ids = next_ids[start:start + len(base)]
+            gaps = base[rows, ids] - this[rows, ids]  # this NLL - base NLL
+            self.num_scored += len(base)
+            self.kl_sum += float((np.exp(base) * (base - this)).sum())
+            self.same_top += int((base.argmax(axis=1) == this.argmax(axis=1)).sum())
+            self.gap_sum += float(gaps.sum())
+            self.gap_square_sum += float((gaps * gaps).sum())
+
+    @property
+    def mean_kl(self) -> float:
+        return self.kl_sum / self.num_scored if self.num_scored else math.nan
+
+    @property
+    def top_agreement(self) -> float:
+        return self.same_top / self.num_scored if self.num_scored else math.nan
+
+    @property
+    def log_ratio(self) -> float:
+        return self.gap_sum / self.num_scored if self.num_scored else math.nan
+
+    @property
+    def log_ratio_uncertainty(self) -> float:
+        if self.num_scored < 2:
+            return math.nan
+        mean = self.log_ratio
+        return math.sqrt(max(self.gap_square_sum / self.num_scored - mean * mean, 0.0) / (self.num_scored - 1))
+
+
+def stream_divergence(engine, base_engine, windows: list[list[int]]) -> Iterator[tuple[PerplexityEstimate,
+                                                                                       Divergence]]:
+    """The running estimate of `engine` and its divergence from `base_engine`, after each window."""
+    estimate, divergence = PerplexityEstimate(), Divergence()
+    for window in windows:
+        base_logits, _ = window_logits(base_engine, window)
+        logits, next_ids = window_logits(engine, window)
+        estimate.add(token_nll(logits, next_ids))
+        divergence.add(base_logits, logits, next_ids)
+        yield estimate, divergence

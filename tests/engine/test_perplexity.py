@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pocketcli.cli import main
-from pocketcli.engine.perplexity import PerplexityEstimate, make_windows, token_nll
+from pocketcli.engine.perplexity import Divergence, PerplexityEstimate, make_windows, token_nll
 from tests.models.tiny_gguf import write_tiny_model
 
 TEXT = Path(__file__).parents[2] / "bench" / "texts" / "botchan.txt"
@@ -53,4 +53,28 @@ def test_perplexity_command_on_a_tiny_model(capsys, tmp_path):
     assert report["windows"] == 3 and report["scored_tokens"] == 3 * 7 and report["kv_type"] == "f16"
     assert 1.0 < report["perplexity"] < 1e4 and report["uncertainty"] > 0
     assert main(args[:-1] + ["--kv-type", "nope"]) == 2
+    assert main(args[:-1] + ["--kl-base", "nope"]) == 2
     assert main(["perplexity", "-m", str(model), "-f", str(tmp_path / "absent.txt")]) == 2
+
+
+def test_kl_base_compares_two_kv_types_window_by_window(capsys, tmp_path):
+    model = write_tiny_model(tmp_path / "tiny.gguf", "llama")
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT.read_text()[:600])
+    args = ["perplexity", "-m", str(model), "-f", str(text), "--ctx-size", "16", "--chunks", "2", "--json"]
+    assert main(args + ["--kv-type", "f32", "--kl-base", "f32"]) == 0
+    same = json.loads(capsys.readouterr().out)  # the same cache type: the same logits
+    assert same["mean_kl"] == 0 and same["top_token_agreement"] == 1 and same["log_ppl_ratio"] == 0
+    assert main(args + ["--kv-type", "bf16", "--kl-base", "f32"]) == 0
+    lossy = json.loads(capsys.readouterr().out)
+    assert lossy["kl_base"] == "f32" and lossy["mean_kl"] > 0 and lossy["log_ppl_ratio_uncertainty"] > 0
+
+
+def test_divergence_of_hand_made_logits():
+    base = np.log(np.float64([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]))
+    this = np.log(np.float64([[0.25, 0.5, 0.25], [0.1, 0.8, 0.1]]))
+    divergence = Divergence()
+    divergence.add(base, this, np.array([0, 1]))
+    assert divergence.mean_kl == pytest.approx((0.5 * math.log(2) + 0.25 * math.log(0.5)) / 2)
+    assert divergence.top_agreement == 0.5
+    assert divergence.log_ratio == pytest.approx(math.log(2) / 2)
