@@ -56,6 +56,7 @@ class ChatSession:
     conversation: Conversation = field(default_factory=Conversation)
     last_stats: ReplyStats | None = None
     context_used: int = 0
+    chat_template: object = None  # the loaded engine's ChatTemplate, compiled once at load
 
     def __post_init__(self):
         self.conversation.system = self.conversation.system or self.settings.system
@@ -82,10 +83,13 @@ class ChatSession:
 
     def _make_engine(self, model: str | None):
         from ..config import EngineConfig
+        from ..engine.warm_up import CHAT_WARM_UP_TOKENS, warm_up
         from ..engine_factory import make_engine
         from ..registry import resolve_model
 
         engine = make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **self.engine_options))
+        warm_up(engine, CHAT_WARM_UP_TOKENS)  # inside the load's spinner: kernels load (or compile) now, not after Enter
+        self.chat_template = chat_template_or_none(engine)  # jinja2's import and compile: 0.16 s, once, not per turn
         self.model, self.context_used = model, 0
         return engine
 
@@ -229,7 +233,7 @@ class ChatSession:
     def _encode(self, messages: list[dict]) -> list[int]:
         """Prompt ids for `messages`, dropping the oldest turns while the prompt leaves no room to reply."""
         while True:
-            ids = encode_messages(self.engine, messages)
+            ids = encode_messages(self.engine, messages, self.chat_template)
             first = 1 if messages[0]["role"] == "system" else 0
             if len(ids) < self.engine.max_model_len - 1 or len(messages) - first <= 1:
                 return ids
@@ -240,15 +244,30 @@ class ChatSession:
             self.save()
 
 
-def encode_messages(engine, messages: list[dict]) -> list[int]:
-    from ..tokenizer import make_chat_template
-
+def encode_messages(engine, messages: list[dict], template=None) -> list[int]:
+    """Prompt ids for `messages` through `template` (default: the engine's chat template, compiled now)."""
     tokenizer = engine.tokenizer
-    template = make_chat_template(engine.model_file.metadata, engine.hparams.arch)
+    template = template or engine_chat_template(engine)
     text = template.render(messages, add_generation_prompt=True)
     # templates usually write BOS themselves; never add a second one
     bos_text = tokenizer.decode([tokenizer.bos_id], skip_special=False) if tokenizer.bos_id is not None else None
     return tokenizer.encode(text, add_special=not (bos_text and text.startswith(bos_text)), parse_special=True)
+
+
+def engine_chat_template(engine):
+    from ..tokenizer import make_chat_template
+
+    return make_chat_template(engine.model_file.metadata, engine.hparams.arch)
+
+
+def chat_template_or_none(engine):
+    """The engine's chat template; None where it has none (encode_messages then raises that error per turn)."""
+    from ..tokenizer import TokenizerError
+
+    try:
+        return engine_chat_template(engine)
+    except TokenizerError:
+        return None
 
 
 def spec_counts(engine) -> tuple[int, int] | None:

@@ -15,6 +15,9 @@ from ..sampling_params import SamplingParams
 
 # at least: past the fused mat-vecs' limit (tile decode + BLAS) and the blocked prefill attention's threshold
 WARM_UP_PROMPT_TOKENS = max(MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES) + 16
+# `pocket chat`'s load: a first turn's size (a chat template, a system prompt and a question: 20-64 tokens take the
+# fused mat-vecs and the blocked attention), so the first reply loads no kernel after Enter
+CHAT_WARM_UP_TOKENS = 32
 
 
 def warm_up_prompt_tokens(hidden_size: int, max_chunk_tokens: int, max_model_len: int) -> int:
@@ -23,11 +26,13 @@ def warm_up_prompt_tokens(hidden_size: int, max_chunk_tokens: int, max_model_len
     return max(0, min(wanted, max_chunk_tokens, max_model_len - 3))
 
 
-def warm_up(engine) -> None:
-    """Prefill a prompt past the fused mat-vecs' token limit, sample two tokens, and leave nothing behind: its
-    blocks freed, the prefix cache and its hit counters empty, speculative statistics fresh."""
+def warm_up(engine, prompt_tokens: int | None = None) -> None:
+    """Prefill a prompt past the fused mat-vecs' token limit (or of `prompt_tokens`), sample two tokens, and leave
+    nothing behind: its blocks freed, the prefix cache and its hit counters empty, speculative statistics fresh."""
     num_tokens = warm_up_prompt_tokens(engine.hparams.hidden_size, engine.config.max_num_batched_tokens,
                                        engine.max_model_len)
+    if prompt_tokens is not None:
+        num_tokens = max(0, min(prompt_tokens, num_tokens))
     if num_tokens < 1:
         return
     text_ids = engine.tokenizer.encode("The quick brown fox jumps over the lazy dog. ", add_special=False) or [0]

@@ -45,3 +45,11 @@ def test_warm_up_skips_a_context_too_small_for_any_prompt():
     engine = LLMEngine(EngineConfig(resolve_model(None), ctx_size=3, max_num_seqs=1, block_size=16))
     warm_up(engine)
     assert not engine.has_unfinished() and engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_chat_warm_up_is_a_first_turns_size():
+    from pocketcli.engine.warm_up import CHAT_WARM_UP_TOKENS
+    from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES
+
+    # a first chat turn (template, system prompt, question) takes the fused mat-vecs and the blocked attention
+    assert MIN_BLOCKED_QUERIES <= CHAT_WARM_UP_TOKENS <= MAX_RUN_TOKENS

@@ -89,3 +89,25 @@ def test_spec_acceptance_of_one_reply():
 
     assert spec_acceptance((10, 5), (20, 13)) == 0.8  # this reply: 10 drafted, 8 accepted
     assert spec_acceptance(None, None) is None and spec_acceptance((4, 2), (4, 2)) is None
+
+
+def test_load_warms_the_kernels_and_compiles_the_template_once(tiny_model, data_dir, monkeypatch):
+    """The first reply loads no kernel and compiles no template after Enter: the load did both (issue 28: the
+    first reply within 2 s of Enter)."""
+    from pocketcli.engine import warm_up as warm_up_module
+    from pocketcli.tokenizer import chat_template
+
+    warmed, compiled = [], []
+    real_warm_up, real_make = warm_up_module.warm_up, chat_template.make_chat_template
+    monkeypatch.setattr(warm_up_module, "warm_up", lambda engine, tokens=None: warmed.append(tokens)
+                        or real_warm_up(engine, tokens))
+    monkeypatch.setattr("pocketcli.tokenizer.make_chat_template",
+                        lambda *args: compiled.append(1) or real_make(*args))
+    session = ChatSession(model=tiny_model, settings=ChatSettings(temperature=0, max_tokens=4),
+                          store=ConversationStore(), engine_options={"ctx_size": 512})
+    session.load_model()
+    assert warmed == [warm_up_module.CHAT_WARM_UP_TOKENS] and compiled == [1]
+    assert session.engine.block_manager.num_free_blocks == session.engine.block_manager.num_blocks
+    session.reply("hello")
+    session.reply("again")
+    assert compiled == [1]
