@@ -112,7 +112,7 @@ def _step_marks(engine: LLMEngine, streams: dict[int, RequestStream]
     marks.append((time.thread_time(), time.perf_counter()))
     op_seconds["compute_logits"] = timed_ops.take()
     items = [item for item in batch.items if item.samples_token]
-    sampled, _ = engine._sample_on_host(logits, items)
+    sampled = engine._sample_on_host(logits, items)
     marks.append((time.thread_time(), time.perf_counter()))
     engine.scheduler.postprocess(batch, sampled)
     marks.append((time.thread_time(), time.perf_counter()))

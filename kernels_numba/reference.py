@@ -10,8 +10,9 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.errors import UnsupportedQuantType
-from kernels_numba.kv_type import kv_type_of
-from kernels_numba.reference_kv import dequantize_kv_rows, quantize_kv_rows
+from kernels_numba.kv_type import kv_type_of as _kv_type_of
+from kernels_numba.reference_kv import dequantize_kv_rows as _dequantize_kv_rows
+from kernels_numba.reference_kv import quantize_kv_rows as _quantize_kv_rows
 from kernels_numba.reference_blocks import BLOCK_DECODERS
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
@@ -141,7 +142,7 @@ def softcap(x: np.ndarray, cap: float, out: np.ndarray | None = None) -> np.ndar
 
 # ---------------------------------------------------------------- rotary position embedding
 
-def rope_angles(positions: np.ndarray, head_dim: int, theta: float, freq_scale: float = 1.0,
+def _rope_angles(positions: np.ndarray, head_dim: int, theta: float, freq_scale: float = 1.0,
                 freq_factors: np.ndarray | None = None) -> np.ndarray:
     """Rotation angle of pair i at each position: pos * freq_scale * theta^(-2i/head_dim) / freq_factors[i]."""
     pair_ids = np.arange(head_dim // 2, dtype=np.float64)
@@ -155,7 +156,7 @@ def rope(x: np.ndarray, positions: np.ndarray, theta: float, is_neox: bool, freq
          freq_factors: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Rotate x: [n, heads, head_dim] by position; neox pairs (i, i + head_dim/2), normal pairs (2i, 2i+1)."""
     head_dim = x.shape[-1]
-    angles = rope_angles(positions, head_dim, theta, freq_scale, freq_factors)[:, None, :]  # [n, 1, half]
+    angles = _rope_angles(positions, head_dim, theta, freq_scale, freq_factors)[:, None, :]  # [n, 1, half]
     cos, sin = np.cos(angles), np.sin(angles)
     x64 = np.asarray(x, dtype=np.float64)
     if is_neox:
@@ -181,8 +182,8 @@ def store_kv(k: np.ndarray, v: np.ndarray, k_cache: np.ndarray, v_cache: np.ndar
     for i, slot in enumerate(np.asarray(slot_mapping)):
         if slot < 0:
             continue
-        k_cache[slot // block_size, slot % block_size] = quantize_kv_rows(k[i], kv_type_of(k_cache))
-        v_cache[slot // block_size, slot % block_size] = quantize_kv_rows(v[i], kv_type_of(v_cache))
+        k_cache[slot // block_size, slot % block_size] = _quantize_kv_rows(k[i], _kv_type_of(k_cache))
+        v_cache[slot // block_size, slot % block_size] = _quantize_kv_rows(v[i], _kv_type_of(v_cache))
 
 
 def _gather_sequence_kv(cache: np.ndarray, block_table: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -190,11 +191,11 @@ def _gather_sequence_kv(cache: np.ndarray, block_table: np.ndarray, num_tokens: 
     head_dim]."""
     block_size = cache.shape[1]
     positions = np.arange(num_tokens)
-    return dequantize_kv_rows(np.asarray(cache[block_table[positions // block_size], positions % block_size]),
-                              kv_type_of(cache))
+    return _dequantize_kv_rows(np.asarray(cache[block_table[positions // block_size], positions % block_size]),
+                              _kv_type_of(cache))
 
 
-def is_visible(query_pos: np.ndarray, key_pos: np.ndarray, sliding_window: int) -> np.ndarray:
+def _is_visible(query_pos: np.ndarray, key_pos: np.ndarray, sliding_window: int) -> np.ndarray:
     """Causal mask plus llama.cpp's standard SWA: masked when query_pos - key_pos >= sliding_window."""
     visible = key_pos <= query_pos
     if sliding_window > 0:
@@ -217,7 +218,7 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
         keys = _gather_sequence_kv(k_cache, block_tables[seq], num_ctx).astype(np.float64)
         values = _gather_sequence_kv(v_cache, block_tables[seq], num_ctx).astype(np.float64)
         query_pos = np.arange(num_ctx - (last - first), num_ctx)[:, None]
-        visible = is_visible(query_pos, np.arange(num_ctx)[None, :], sliding_window)  # [nq, ctx]
+        visible = _is_visible(query_pos, np.arange(num_ctx)[None, :], sliding_window)  # [nq, ctx]
         for head in range(num_heads):
             kv_head = head // group_size
             scores = q[first:last, head].astype(np.float64) @ keys[:, kv_head].T * scale
@@ -237,3 +238,7 @@ from kernels_numba.reference_deltanet import (conv1d_silu, deltanet_gates, expan
                                               gated_rms_norm, l2_normalize)
 from kernels_numba.reference_gated_attention import rope_partial, sigmoid_mul  # noqa: E402
 from kernels_numba.reference_moe import moe_combine, moe_linear, moe_route  # noqa: E402
+
+# ---------------------------------------------------------------- the glue between ops, memory, top-k
+# (numpy, shared with the CPU backend: kernels_numba/host_arrays.py)
+from kernels_numba.host_arrays import *  # noqa: E402,F401,F403  (host_arrays.__all__: a new glue op lands once)

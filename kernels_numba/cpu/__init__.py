@@ -4,10 +4,10 @@ from pathlib import Path
 from numba.core import entrypoints as _numba_entrypoints
 from numba.core.registry import cpu_target
 
-from kernels_numba.cpu.cache_guard import clear_stale_numba_cache
+from kernels_numba.cpu import cache_guard as _cache_guard
 from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
 
-clear_stale_numba_cache(Path(__file__).parent)
+_cache_guard.clear_stale_numba_cache(Path(__file__).parent)
 # Our kernels use no numba extension; numba's first compile or cache load would otherwise read the entry points of
 # every installed distribution to find some (50-90 ms of each start).
 _numba_entrypoints._already_initialized = True
@@ -28,6 +28,8 @@ from kernels_numba.cpu.gated_deltanet import (conv1d_silu, gated_delta_rule_chun
                                               gated_delta_rule_recurrent, l2_normalize)
 from kernels_numba.cpu.hybrid_glue import (deltanet_gates, expand_heads, gated_rms_norm,  # noqa: E402
                                            rope_partial, sigmoid_mul)
+# the glue between ops, memory and top-k: numpy's own loops on the host (kernels_numba/host_arrays.py)
+from kernels_numba.host_arrays import *  # noqa: E402,F401,F403  (host_arrays.__all__: a new glue op lands once)
 
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention"]

@@ -8,22 +8,21 @@ they are tested without a GPU.
 from numba import config as _numba_config
 
 if _numba_config.ENABLE_CUDASIM:
-    from kernels_numba.cuda.sim_shared_memory import install_locked_shared_arrays
-    from kernels_numba.cuda.sim_shuffle import install_simulated_shuffles
+    from kernels_numba.cuda import sim_shared_memory as _sim_shared_memory, sim_shuffle as _sim_shuffle
 
-    install_simulated_shuffles()
-    install_locked_shared_arrays()
-
-ON_DEVICE = True  # arrays stay on the GPU: the model routes its arithmetic between ops through add/scale/...
+    _sim_shuffle.install_simulated_shuffles()
+    _sim_shared_memory.install_locked_shared_arrays()
 
 from kernels_numba.cuda.activation import (add, add_bias, gelu_mul, gelu_tanh, scale, silu, silu_mul,  # noqa: E402
                                            softcap, split_columns)
 from kernels_numba.cuda.attention import paged_attention  # noqa: E402
 from kernels_numba.cuda.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
-from kernels_numba.cuda.device_arrays import as_device as to_device, is_device_array, to_host, zeros  # noqa: E402
+from kernels_numba.cuda.device_arrays import (as_device as to_device, can_write_into, contiguous,  # noqa: E402
+                                              free_memory_bytes, is_device_array, to_host, zeros)
 from kernels_numba.cuda.device_weight import SUPPORTED_TYPES, upload_weight, uploaded_bytes  # noqa: E402
 from kernels_numba.cuda.kv_store import store_kv  # noqa: E402
 from kernels_numba.cuda.matvec import linear  # noqa: E402
+from kernels_numba.cuda.stacked_weight import stack_weights  # noqa: E402
 from kernels_numba.cuda.norm import rms_norm  # noqa: E402
 from kernels_numba.cuda.rotary import rope  # noqa: E402
 from kernels_numba.cuda.sampler import MAX_TOP_K, argmax, top_k, top_k_on_device  # noqa: E402
@@ -38,7 +37,7 @@ from kernels_numba.cuda.array_layout import (assign, concat_columns, concat_rows
 __all__ = ["dequantize", "dequantize_rows", "embedding", "linear", "rms_norm", "rope", "silu", "gelu_tanh",
            "silu_mul", "gelu_mul", "softcap", "store_kv", "paged_attention",
            "add", "add_bias", "scale", "split_columns", "argmax", "top_k", "top_k_on_device", "MAX_TOP_K",
-           "to_device", "to_host", "zeros",
+           "to_device", "to_host", "zeros", "contiguous", "can_write_into", "free_memory_bytes", "stack_weights",
            "is_device_array",
            "upload_weight", "uploaded_bytes", "SUPPORTED_TYPES",
            "moe_route", "moe_linear", "moe_combine",

@@ -57,5 +57,20 @@ def to_host(x) -> np.ndarray:
     return x.copy_to_host() if is_device_array(x) else np.asarray(x)
 
 
+def contiguous(x):
+    """x as the kernels take it: device arrays the launchers make are C-contiguous float32 already."""
+    return x
+
+
+def can_write_into(x) -> bool:
+    """Whether an op may write its result into x: never here (device results keep their own buffers)."""
+    return False
+
+
+def free_memory_bytes() -> int | None:
+    """None: the device's memory is not checked ahead (a KV cache too big for it fails when it is allocated)."""
+    return None
+
+
 def blocks_for(count: int, per_block: int) -> int:
     return max(1, -(-count // per_block))

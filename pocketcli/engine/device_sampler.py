@@ -60,9 +60,3 @@ class DeviceSampler:
     def _sample_on_host(self, logits, row: int, seq) -> int:
         host_row = self.ops.to_host(logits[row:row + 1])[0]
         return self.sampler.sample(host_row, seq.params, seq.seq_id, seq.token_ids, seq.num_prompt_tokens)
-
-
-def make_device_sampler(model, sampler: Sampler) -> DeviceSampler | None:
-    """A DeviceSampler when the model computes on a device backend, else None (the host Sampler does it all)."""
-    ops = model.ops
-    return DeviceSampler(ops, sampler) if getattr(ops, "ON_DEVICE", False) else None

@@ -2,12 +2,12 @@
 float32 values for --kv-type f32, else the bytes of one head's row of its type (kernels_numba/kv_type.py)."""
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from kernels_numba.host_arrays import zeros as lazy_zeros  # zeros in fresh anonymous pages: RSS as they are written
 from kernels_numba.kv_type import check_row_width, kv_type_named, make_kv_layer
 
 
@@ -33,19 +33,10 @@ class KVCache:
         return self.nbytes // (self.num_blocks * self.block_size) if self.num_blocks else 0
 
 
-def lazy_zeros(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
-    """Zeros in fresh anonymous pages, so a page joins the RSS only when a token's keys or values are written to
-    it: the cache is sized for the whole context, but costs memory for what is used. (np.zeros can be served
-    from reused heap memory, which calloc must clear: 4 of a 23 MiB cache were resident before any token.)"""
-    count = int(np.prod(shape, dtype=np.int64))
-    pages = mmap.mmap(-1, max(1, count * np.dtype(dtype).itemsize), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(pages, dtype=dtype, count=count).reshape(shape)
-
-
 def make_kv_cache(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                   head_dim: int, zeros=lazy_zeros, value_dim: int | None = None,
                   kv_type: str = "f32") -> KVCache:
-    """`zeros` allocates each layer: lazy_zeros, or a backend's device allocator (kernels_numba.cuda.zeros);
+    """`zeros` allocates each layer: the backend's ops.zeros (lazy_zeros, the host's, by default);
     value_dim: the values' width when it is not head_dim (0: a model that reads its values from the keys)."""
     kind = kv_type_named(kv_type)
     value_dim = head_dim if value_dim is None else value_dim

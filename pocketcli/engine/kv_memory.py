@@ -2,6 +2,7 @@
 load-time check that refuses a context the free RAM cannot hold (before anything is allocated)."""
 from __future__ import annotations
 
+from kernels_numba.host_arrays import free_memory_bytes as available_ram_bytes  # noqa: F401  (MemAvailable)
 from kernels_numba.kv_type import KV_TYPES, KVType, kv_type_named
 
 
@@ -10,18 +11,6 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, key_dim: int, value_d
     """Bytes one token's keys and values take in every layer (value_dim None: head_dim-wide values)."""
     value_dim = key_dim if value_dim is None else value_dim
     return num_layers * num_kv_heads * (kv_type.row_bytes(key_dim) + kv_type.row_bytes(value_dim))
-
-
-def available_ram_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (what the kernel can hand out without swapping); None when unknown."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def context_that_fits(memory_bytes: int, bytes_per_token: int) -> int:

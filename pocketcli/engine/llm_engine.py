@@ -1,4 +1,5 @@
-"""The engine: owns the model, KV cache, scheduler and sampler; `step()` advances every running sequence."""
+"""The engine: owns the model, KV cache, scheduler and sampler; `step()` advances every running sequence through
+one pipeline: schedule -> forward -> sample (or verify drafts) -> accept -> stream."""
 from __future__ import annotations
 
 import numba
@@ -14,9 +15,9 @@ from ..models import make_model, model_class_for
 from ..sampling_params import SamplingParams
 from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
-from .device_sampler import make_device_sampler
+from .device_sampler import DeviceSampler
 from .kv_cache import make_kv_cache
-from .kv_memory import available_ram_bytes, check_kv_cache_fits, kv_bytes_per_token
+from .kv_memory import check_kv_cache_fits, kv_bytes_per_token
 from .model_runner import ModelRunner
 from .recurrent_state import RecurrentBlockManager, make_recurrent_state
 from .outputs import StepOutput, TokenLogprob
@@ -61,10 +62,11 @@ class LLMEngine:
         num_blocks = blocks_per_seq * config.max_num_seqs
         hp = self.model.hparams  # under tensor parallelism, this rank's KV heads
         kv_heads, key_dim, value_dim = self.model.kv_cache_layout()
-        self._check_kv_cache_fits(num_blocks * config.block_size, kv_bytes_per_token(
-            hp.num_layers, kv_heads, key_dim, value_dim, kv_type_named(config.kv_type)), ops)
+        check_kv_cache_fits(num_blocks * config.block_size, kv_bytes_per_token(
+            hp.num_layers, kv_heads, key_dim, value_dim, kv_type_named(config.kv_type)), config.kv_type,
+            ops.free_memory_bytes())  # before allocating: host pages are mapped lazily, they would fail later
         self.kv_cache = make_kv_cache(hp.num_layers, num_blocks, config.block_size, kv_heads, key_dim,
-                                      value_dim=value_dim, kv_type=config.kv_type)
+                                      zeros=ops.zeros, value_dim=value_dim, kv_type=config.kv_type)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.kv_cache.recurrent = make_recurrent_state(self.model, config.max_num_seqs + 1)  # +1: score()
         if self.kv_cache.recurrent is not None:  # hybrid model: a state slot per sequence, no prefix cache
@@ -75,15 +77,10 @@ class LLMEngine:
                        else ModelRunner(self.model, self.kv_cache))
         self.sampler = Sampler()
         # greedy / top-k rows drawn next to device logits; a tensor-parallel runner gathers logits on the host
-        self.device_sampler = None if self.rank_group else make_device_sampler(self.model, self.sampler)
+        on_device = ops.is_device_array(self.kv_cache.keys[0]) if self.kv_cache.keys else False
+        self.device_sampler = DeviceSampler(ops, self.sampler) if on_device and not self.rank_group else None
         self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
         self.speculative = self._make_speculative_decoder()
-
-    def _check_kv_cache_fits(self, num_tokens: int, bytes_per_token: int, ops) -> None:
-        """Refuse, before allocating, a host KV cache the free RAM cannot hold (it is mapped lazily, so an
-        oversized one would fail much later, mid-generation)."""
-        if not getattr(ops, "ON_DEVICE", False):
-            check_kv_cache_fits(num_tokens, bytes_per_token, self.config.kv_type, available_ram_bytes())
 
     def _start_rank_group(self, ops, rank_group_factory):
         if self.config.tp_size == 1:
@@ -103,7 +100,9 @@ class LLMEngine:
             return None
         from .speculative import make_speculative_decoder  # the draft model drafter builds an LLMEngine itself
 
-        return make_speculative_decoder(self)
+        speculative = make_speculative_decoder(self)
+        self.model.tap_layer_ids = frozenset(self.model.tap_layer_ids | speculative.tap_layer_ids)
+        return speculative
 
     def _vocab_size(self) -> int:
         return self.model_file.tensor_infos["token_embd.weight"].shape[0]
@@ -140,6 +139,7 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    # --- the step: schedule -> forward -> sample (or verify drafts) -> accept -> stream ---------------------
     def step(self) -> list[StepOutput]:
         batch = self.scheduler.schedule()
         if not batch:
@@ -147,33 +147,57 @@ class LLMEngine:
         if self.free_core_threads is not None:
             self.free_core_threads.adjust()
         if self.speculative is not None:
-            return self.speculative.step(batch)
-        sampling_items = [item for item in batch.items if item.samples_token]
-        if self.device_sampler is not None and self.device_sampler.can_sample(sampling_items):
-            sampled = self.device_sampler.sample(self.runner.run(batch, keep_logits_on_device=True), sampling_items)
-            logprobs = [None] * len(sampled)
-        else:
-            sampled, logprobs = self._sample_on_host(self.runner.run(batch), sampling_items)
-        self.scheduler.postprocess(batch, sampled)
-        outputs = []
-        for item, token_id, token_logprobs in zip(sampling_items, sampled, logprobs):
-            seq = item.seq
-            if seq.is_finished:
-                self.sampler.release(seq.seq_id)
-                if self.speculative is not None:
-                    self.speculative.release(seq)
-            outputs.append(StepOutput(seq.seq_id, [token_id], seq.finish_reason, token_logprobs))
-        return outputs
+            self.speculative.propose(batch)  # drafts ride along in the batch: this step's forward verifies them
+        items = [item for item in batch.items if item.samples_token]
+        first_rows = np.cumsum([0] + [1 + item.num_draft_tokens for item in items])  # each item's logits rows
+        logits = self._forward(batch, items)
+        token_ids = self._sample(items, logits)
+        appended = self.scheduler.postprocess_tokens(batch, token_ids)  # accept: append, stop checks
+        return [self._stream(item, tokens, logits, int(first_row))
+                for item, tokens, first_row in zip(items, appended, first_rows)]
 
-    def _sample_on_host(self, logits: np.ndarray, sampling_items) -> tuple[list[int], list]:
-        """(token id, logprobs or None) per sampling row, from host logits with the full sampler."""
+    def _forward(self, batch: ScheduledBatch, items: list[ScheduledSeq]):
+        """Logits of the sampling rows (and of every draft), left on the device when it can draw every row."""
+        if self.device_sampler is not None and self.speculative is None and self.device_sampler.can_sample(items):
+            return self.runner.run(batch, keep_logits_on_device=True)
+        logits = self.runner.run(batch)
+        if self.speculative is not None:
+            self.speculative.observe(batch, self.model.tapped_hidden)
+        return logits
+
+    def _sample(self, items: list[ScheduledSeq], logits) -> list[list[int]]:
+        """The tokens each sampling item emits: one, or its accepted drafts and one more (speculative)."""
+        if self.speculative is not None:
+            return self.speculative.verify(items, logits)
+        if self.device_sampler is not None and self.model.ops.is_device_array(logits):
+            return [[token_id] for token_id in self.device_sampler.sample(logits, items)]
+        return [[token_id] for token_id in self._sample_on_host(logits, items)]
+
+    def _stream(self, item: ScheduledSeq, tokens: list[int], logits, first_row: int) -> StepOutput:
+        """The item's StepOutput; a finished sequence lets go of its sampler (and drafter) state."""
+        seq = item.seq
+        if seq.is_finished:
+            self.sampler.release(seq.seq_id)
+            if self.speculative is not None:
+                self.speculative.release(seq)
+        elif self.speculative is not None:
+            self.speculative.settle(item, tokens)
+        logprobs = self._token_logprobs(seq.params, tokens, logits, first_row)
+        return StepOutput(seq.seq_id, tokens, seq.finish_reason, logprobs)
+
+    def _token_logprobs(self, params: SamplingParams, tokens: list[int], logits, first_row: int) -> list | None:
+        """Logprobs of each emitted token from its own logits row (a draft's row for an accepted draft)."""
+        if params.logprobs is None:
+            return None
+        rows = logits[first_row:first_row + len(tokens)]
+        return [lp for row, token_id in zip(rows, tokens) for lp in self._logprobs(row, params, token_id)]
+
+    def _sample_on_host(self, logits: np.ndarray, sampling_items) -> list[int]:
+        """A token id per sampling row, from host logits with the full sampler."""
         sample_logits = self._apply_constraints(logits, sampling_items)
         seqs = [item.seq for item in sampling_items]
-        sampled = self.sampler.sample_rows(sample_logits, [seq.params for seq in seqs], [seq.seq_id for seq in seqs],
-                                           [seq.token_ids for seq in seqs], [seq.num_prompt_tokens for seq in seqs])
-        logprobs = [self._logprobs(row, item.seq.params, token_id)
-                    for row, item, token_id in zip(logits, sampling_items, sampled)]
-        return sampled, logprobs
+        return self.sampler.sample_rows(sample_logits, [seq.params for seq in seqs], [seq.seq_id for seq in seqs],
+                                        [seq.token_ids for seq in seqs], [seq.num_prompt_tokens for seq in seqs])
 
     def _apply_constraints(self, logits: np.ndarray, sampling_items) -> np.ndarray:
         """Grammar masks for the constrained rows, computed for the batch at once; logprobs keep the raw rows."""

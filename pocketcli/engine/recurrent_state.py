@@ -7,8 +7,8 @@ Speculative decoding: a verification forward records, per Gated DeltaNet layer, 
 and the recurrence inputs of the verified tokens (models/qwen3_next.py VerifyRecord); `rollback` recomputes
 the states of the accepted tokens only (MLX DFlash's approach: no second model forward), and runs from
 RecurrentBlockManager.free_tail, where the speculative decoder gives back rejected drafts' blocks.
-`snapshot`/`restore` copy a slot. On a device backend (cuda) the states, snapshots and records live on the
-device: the pool moves them with the backend's array ops (`arrays`), which HostArrays mirrors for numpy.
+`snapshot`/`restore` copy a slot. The states, snapshots and records live where the backend computes (numpy
+arrays on the host, device arrays on cuda): the pool moves them with the backend's array ops.
 """
 from __future__ import annotations
 
@@ -19,21 +19,6 @@ import numpy as np
 
 from .block_manager import BlockManager
 from .sequence import Sequence
-
-
-class HostArrays:
-    """The array ops the pool needs, on numpy states (kernels_numba.cuda has the same names for device states)."""
-    zeros = staticmethod(np.zeros)
-    copy_array = staticmethod(np.array)
-    concat_rows = staticmethod(np.concatenate)
-
-    @staticmethod
-    def assign(dst: np.ndarray, src: np.ndarray) -> None:
-        dst[...] = src
-
-    @staticmethod
-    def fill_zeros(dst: np.ndarray) -> None:
-        dst[...] = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +33,7 @@ class RecurrentStatePool:
         `rollback` recomputes with (kernels_numba reference when None)."""
         self.num_slots = num_slots
         self.ops = ops
-        self.arrays = ops if getattr(ops, "ON_DEVICE", False) else HostArrays  # where the states live
+        self.arrays = self._ops()  # zeros, copy_array, assign...: the states live where the kernels compute
         self.records: dict[int, dict[int, Any]] = {}  # slot -> layer id -> its last verification
         zeros = self.arrays.zeros
         self.conv = {layer: zeros((num_slots, *conv), np.float32) for layer, (conv, _) in shapes.items()}

@@ -5,16 +5,14 @@ Weights come in still quantized from the loader; the backend's ops come from `ke
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gguf_loader import GGUFFile, ModelFileError, WeightTensor, make_weight_tensor
+from gguf_loader import GGUFFile, ModelFileError, WeightTensor
 from gguf_loader.hparams import ModelHParams
 from gguf_loader.private_bytes import private_bytes
-from kernels_numba.kv_type import kv_type_of, tag_kv_type
 
 from .attn_metadata import AttnMetadata
 from .decode_split import DecodeSplit, split_decodes
@@ -23,11 +21,6 @@ from .decode_split import DecodeSplit, split_decodes
 @dataclass(frozen=True)
 class StackedWeight:
     parts: tuple[WeightTensor, ...]  # projections of the same input, of one quant type and row length
-
-    @functools.cached_property
-    def tensor(self) -> WeightTensor:
-        """The parts' rows one after another: a copy, made on first use (device backends only, see _linear_groups)."""
-        return self.parts[0] if len(self.parts) == 1 else _stacked(self.parts)
 
     @property
     def num_rows(self) -> tuple[int, ...]:  # rows of each projection, in order
@@ -56,7 +49,7 @@ class LayerWeights:
     gate_up_groups: tuple[StackedWeight, ...] = ()  # w_gate, w_up likewise
 
     def __post_init__(self):
-        # one matvec over stacked rows instead of one per projection: fewer kernel launches on a device
+        # runs the backend may multiply as one stacked weight (ops.stack_weights): fewer kernel launches on a device
         self.qkv_groups = stack_same_type_runs((self.wq, self.wk, self.wv))
         self.gate_up_groups = stack_same_type_runs((self.w_gate, self.w_up))
 
@@ -84,12 +77,6 @@ def stack_same_type_runs(tensors: tuple[WeightTensor, ...]) -> tuple[StackedWeig
 
 def _stackable(a: WeightTensor, b: WeightTensor) -> bool:
     return a.fp8 is None and b.fp8 is None and a.ggml_type == b.ggml_type and a.row_length == b.row_length
-
-
-def _stacked(run: tuple[WeightTensor, ...]) -> WeightTensor:
-    raw = np.concatenate([np.asarray(t.data) for t in run])
-    raw.flags.writeable = False
-    return make_weight_tensor("+".join(t.name for t in run), run[0].ggml_type, (raw.shape[0], run[0].row_length), raw)
 
 
 class DecoderModel:
@@ -154,8 +141,7 @@ class DecoderModel:
         x = self.ops.embedding(token_ids, self.token_embedding)  # x: [T, D]
         scale = self.embedding_scale()
         if scale != 1.0:
-            x = self._scale(x, scale)
-        kv_keys, kv_values = self._backend_caches(kv_keys), self._backend_caches(kv_values)
+            x = self.ops.scale(x, scale)
         positions, attn = self._backend_inputs(positions, attn)
         self.tapped_hidden: dict[int, np.ndarray] = {}  # layer id -> its output [T, D]
         plans, split = self._decode_plans(positions, attn)
@@ -221,7 +207,7 @@ class DecoderModel:
     def compute_logits(self, hidden: np.ndarray, keep_on_device: bool = False) -> np.ndarray:
         """hidden: [N, D] -> logits [N, vocab_size]; keep_on_device: a device backend's logits stay there (the
         device sampler reads only their top-k)."""
-        h = self.ops.rms_norm(self._contiguous(hidden), self.output_norm, self.hparams.rms_norm_eps)
+        h = self.ops.rms_norm(self.ops.contiguous(hidden), self.output_norm, self.hparams.rms_norm_eps)
         logits = self.ops.linear(h, self.lm_head)
         if self.hparams.final_logit_softcap:
             logits = self.ops.softcap(logits, self.hparams.final_logit_softcap)
@@ -234,25 +220,21 @@ class DecoderModel:
         o = self._attention(layer_id, w, h, positions, attn, k_cache, v_cache)
         if w.post_attn_norm is not None:
             o = ops.rms_norm(o, w.post_attn_norm, eps)
-        x = self._add(x, o)
+        x = ops.add(x, o)
         del o  # not held through the feed-forward, the prefill's memory peak
         h = ops.rms_norm(x, w.ffn_norm, eps)
         d = self._feed_forward(w, h)
         if w.post_ffw_norm is not None:
             d = ops.rms_norm(d, w.post_ffw_norm, eps)
-        return self._add(x, d)
+        return ops.add(x, d)
 
     def _linear_groups(self, h: np.ndarray, groups: tuple[StackedWeight, ...]) -> list[np.ndarray]:
-        """h: [T, D] -> h @ W.T for each projection in `groups`: on a device one linear per group (column views of
-        its output); on the host one per projection, straight from the file's pages (a stacked copy would hold
-        those weights twice in memory, 43 MiB on Gemma 3 270M, for no measurable gain: one-token decode runs
-        fused layers, see _decode_plans)."""
-        if not self._on_device:
-            return [self.ops.linear(h, t) for group in groups for t in group.parts]
+        """h: [T, D] -> h @ W.T for each projection in `groups`, with the weights as the backend multiplies them:
+        one stacked weight per group on a device (its output split into columns), one per projection on the host."""
         outputs: list[np.ndarray] = []
         for group in groups:
-            y = self.ops.linear(h, group.tensor)
-            outputs.extend(self._split_columns(y, group.num_rows))
+            ys = [self.ops.linear(h, w) for w in self.ops.stack_weights(group.parts)]
+            outputs.extend(self.ops.split_columns(ys[0], group.num_rows) if len(ys) < len(group.parts) else ys)
         return outputs
 
     def _project_heads(self, y: np.ndarray, bias: np.ndarray | None, norm: np.ndarray | None,
@@ -260,7 +242,7 @@ class DecoderModel:
         """y: [T, num_heads * head_dim] projection -> [T, num_heads, head_dim], plus optional bias, per-head RMSNorm."""
         num_tokens = y.shape[0]
         if bias is not None:
-            y = self._add_bias(y, bias)
+            y = self.ops.add_bias(y, bias)
         head_dim = self.hparams.head_dim
         if norm is not None:
             y = self.ops.rms_norm(y.reshape(-1, head_dim), norm, self.hparams.rms_norm_eps)
@@ -283,63 +265,23 @@ class DecoderModel:
 
     def _feed_forward(self, w: LayerWeights, h: np.ndarray) -> np.ndarray:
         gate, up = self._linear_groups(h, w.gate_up_groups)
-        out = gate if self._owns_contiguous(gate) else None  # in place: a 512-token prefill holds 4 MiB less
+        out = gate if self.ops.can_write_into(gate) else None  # in place: a 512-token prefill holds 4 MiB less
         act = self.ops.gelu_mul(gate, up, out) if self.activation == "gelu" else self.ops.silu_mul(gate, up, out)
         del gate, up  # not held through the down projection
         return self.ops.linear(act, w.w_down)
 
-    # --- between ops: numpy arithmetic, or the backend's own ops when its arrays live on a device (cuda) ------
-    @property
-    def _on_device(self) -> bool:
-        return getattr(self.ops, "ON_DEVICE", False)
-
-    def _scale(self, x, factor: float):
-        return self.ops.scale(x, factor) if self._on_device else x * np.float32(factor)
-
-    def _add(self, a, b):
-        return self.ops.add(a, b) if self._on_device else a + b
-
-    def _add_bias(self, y, bias):
-        if self._on_device:
-            return self.ops.add_bias(y, bias)
-        y += bias
-        return y
-
-    def _split_columns(self, y, widths: tuple[int, ...]) -> list:
-        if self._on_device:
-            return self.ops.split_columns(y, widths)
-        return np.split(y, np.cumsum(widths)[:-1], axis=1)
-
-    def _concat_columns(self, parts: list):
-        return self.ops.concat_columns(parts) if self._on_device else np.concatenate(parts, axis=1)
-
-    def _contiguous(self, x):
-        return x if self._on_device else np.ascontiguousarray(x)
-
-    def _owns_contiguous(self, x) -> bool:
-        """A host array that an op may overwrite in place (a fresh contiguous result, not a view)."""
-        return (not self._on_device and isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.owndata
-                and x.flags.writeable)
-
+    # --- where the arrays are ----------------------------------------------------------------------------
     def _to_host(self, x):
-        """Device results back to numpy for the engine, unless a device-side decode loop set keep_on_device."""
-        return self.ops.to_host(x) if self._on_device and not getattr(self, "keep_on_device", False) else x
+        """Results back to numpy for the engine, unless a device-side decode loop set keep_on_device."""
+        return x if getattr(self, "keep_on_device", False) else self.ops.to_host(x)
 
     def _backend_inputs(self, positions, attn: AttnMetadata):
-        """Positions and attention metadata uploaded once per forward instead of once per layer (cuda)."""
-        if not self._on_device:
-            return positions, attn
+        """Positions and attention metadata where the backend computes, moved once per forward instead of once
+        per layer (on the host: the same arrays, and the same AttnMetadata)."""
         up = self.ops.to_device
-        return up(positions, np.int64), dataclasses.replace(
-            attn, slot_mapping=up(attn.slot_mapping, np.int64), block_tables=up(attn.block_tables, np.int32),
-            context_lens=up(attn.context_lens, np.int32), query_start_loc=up(attn.query_start_loc, np.int32))
-
-    def _backend_caches(self, caches: list) -> list:
-        """KV cache layers where the backend computes: host layers get a device twin on first use (cuda)."""
-        if not self._on_device or not caches or self.ops.is_device_array(caches[0]):
-            return caches
-        twins = self.__dict__.setdefault("_device_cache_twins", {})  # id(host layer) -> (host layer, device twin)
-        for layer in caches:
-            if id(layer) not in twins or twins[id(layer)][0] is not layer:
-                twins[id(layer)] = (layer, tag_kv_type(self.ops.zeros(layer.shape, layer.dtype), kv_type_of(layer)))
-        return [twins[id(layer)][1] for layer in caches]
+        moved = {"slot_mapping": up(attn.slot_mapping, np.int64), "block_tables": up(attn.block_tables, np.int32),
+                 "context_lens": up(attn.context_lens, np.int32),
+                 "query_start_loc": up(attn.query_start_loc, np.int32)}
+        if all(value is getattr(attn, name) for name, value in moved.items()):
+            return up(positions, np.int64), attn
+        return up(positions, np.int64), dataclasses.replace(attn, **moved)

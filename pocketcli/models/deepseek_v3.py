@@ -180,7 +180,7 @@ class DeepseekV3Model(MTPModelMixin, DecoderModel):
         converter splits it (the key rows transposed: the query is multiplied by W_UK^T)."""
         nope = self.qk_head_dim - self.rope_dim
         rows = self.ops.dequantize(kv_b)
-        rows = self.ops.to_host(rows) if self._on_device else rows
+        rows = self.ops.to_host(rows)
         per_head = rows.reshape(self.hparams.num_heads, nope + self.value_dim, self.kv_lora_rank)
         k_b = np.ascontiguousarray(per_head[:, :nope].transpose(0, 2, 1))
         v_b = np.ascontiguousarray(per_head[:, nope:])
@@ -203,9 +203,9 @@ class DeepseekV3Model(MTPModelMixin, DecoderModel):
         else:
             q = ops.linear(ops.rms_norm(ops.linear(h, mla.q_a), mla.q_a_norm, eps), mla.q_b)
         kv_a = ops.linear(h, mla.kv_a)  # [T, kv_lora + rope]
-        latent, k_pe = self._split_columns(kv_a, (self.kv_lora_rank, self.rope_dim))
-        latent = ops.rms_norm(self._contiguous(latent), mla.kv_a_norm, eps)
-        k_pe = self._rope(self._contiguous(k_pe).reshape(num_tokens, 1, self.rope_dim), positions)  # [T, 1, rope]
+        latent, k_pe = self.ops.split_columns(kv_a, (self.kv_lora_rank, self.rope_dim))
+        latent = ops.rms_norm(self.ops.contiguous(latent), mla.kv_a_norm, eps)
+        k_pe = self._rope(self.ops.contiguous(k_pe).reshape(num_tokens, 1, self.rope_dim), positions)  # [T, 1, rope]
         if mla.k_b is not None:
             o = self._absorbed_attention(mla, q, latent, k_pe, positions, attn, k_cache)
         else:
@@ -221,17 +221,17 @@ class DeepseekV3Model(MTPModelMixin, DecoderModel):
         ops, heads, rope, lora = self.ops, self.hparams.num_heads, self.rope_dim, self.kv_lora_rank
         num_tokens = q.shape[0]
         head_ids = np.tile(np.arange(heads, dtype=np.int64), num_tokens)  # row t * H + h is head h
-        q_nope, q_pe = self._split_columns(q.reshape(num_tokens * heads, self.qk_head_dim),
+        q_nope, q_pe = self.ops.split_columns(q.reshape(num_tokens * heads, self.qk_head_dim),
                                            (self.qk_head_dim - rope, rope))
-        q_latent = ops.moe_linear(self._contiguous(q_nope), mla.k_b, head_ids)  # [T * H, kv_lora]
-        q_pe = self._rope(self._contiguous(q_pe).reshape(num_tokens, heads, rope), positions)
-        query = self._concat_columns([q_latent, q_pe.reshape(num_tokens * heads, rope)])
-        entry = self._concat_columns([latent, k_pe.reshape(num_tokens, rope)]).reshape(num_tokens, 1, lora + rope)
+        q_latent = ops.moe_linear(self.ops.contiguous(q_nope), mla.k_b, head_ids)  # [T * H, kv_lora]
+        q_pe = self._rope(self.ops.contiguous(q_pe).reshape(num_tokens, heads, rope), positions)
+        query = self.ops.concat_columns([q_latent, q_pe.reshape(num_tokens * heads, rope)])
+        entry = self.ops.concat_columns([latent, k_pe.reshape(num_tokens, rope)]).reshape(num_tokens, 1, lora + rope)
         ops.store_kv(entry, entry, cache, cache, attn.slot_mapping)
         o = ops.paged_attention(query.reshape(num_tokens, heads, lora + rope), cache, cache, attn.block_tables,
                                 attn.context_lens, attn.query_start_loc, self.attention_scale())  # V: the entries
-        o_latent, _ = self._split_columns(o.reshape(num_tokens * heads, lora + rope), (lora, rope))
-        return ops.moe_linear(self._contiguous(o_latent), mla.v_b, head_ids)  # [T * H, v]
+        o_latent, _ = self.ops.split_columns(o.reshape(num_tokens * heads, lora + rope), (lora, rope))
+        return ops.moe_linear(self.ops.contiguous(o_latent), mla.v_b, head_ids)  # [T * H, v]
 
     def _expanded_attention(self, mla: MLAWeights, q: np.ndarray, latent: np.ndarray, k_pe: np.ndarray,
                             positions: np.ndarray, attn: AttnMetadata, k_cache: np.ndarray,
@@ -261,7 +261,7 @@ class DeepseekV3Model(MTPModelMixin, DecoderModel):
         """Interleaved pairs (x[2i], x[2i+1]) of the rope dims, x: [T, heads, rope_dim]; YaRN scales cos/sin."""
         out = self.ops.rope(x, positions, self.hparams.rope_theta, False, 1.0, self.rope_freq_factors)
         if self.yarn is not None and self.yarn.attention_factor != 1.0:
-            out = self._scale(out, self.yarn.attention_factor)
+            out = self.ops.scale(out, self.yarn.attention_factor)
         return out
 
     def _feed_forward(self, w: DeepseekLayerWeights, h: np.ndarray) -> np.ndarray:

@@ -70,16 +70,13 @@ class MTPModelMixin:
         if self.mtp_zero_embedding_at_position_0:
             self._zero_rows(embedded, np.flatnonzero(np.asarray(positions) == 0))
         e = ops.rms_norm(embedded, mtp.enorm, eps)
-        h = ops.rms_norm(hidden if self._on_device else np.ascontiguousarray(hidden, dtype=np.float32), mtp.hnorm, eps)
-        x = ops.linear(self._concat_columns([h, e] if self.mtp_hidden_first else [e, h]), mtp.eh_proj)
+        h = ops.rms_norm(ops.contiguous(hidden), mtp.hnorm, eps)
+        x = ops.linear(self.ops.concat_columns([h, e] if self.mtp_hidden_first else [e, h]), mtp.eh_proj)
         positions, attn = self._backend_inputs(positions, attn)
         x = self._layer_forward(mtp.layer_id, mtp.layer, x, positions, attn, k_cache, v_cache)
         out = ops.rms_norm(x, mtp.shared_head_norm, eps)
         return ops.linear(out, self.lm_head), out
 
     def _zero_rows(self, x, rows: np.ndarray) -> None:
-        if not self._on_device:
-            x[rows] = 0.0
-            return
-        for row in rows:  # a row of a C-contiguous [n, D] array is contiguous: a memset each
+        for row in rows:  # a row of a C-contiguous [n, D] array is contiguous: a memset each on a device
             self.ops.fill_zeros(x[int(row):int(row) + 1])

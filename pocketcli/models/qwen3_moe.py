@@ -66,29 +66,15 @@ def apply_experts(ops: Any, e: ExpertWeights, h: np.ndarray) -> np.ndarray:
     """h: [T, D] -> sum over each token's top-k experts of weight * SwiGLU_expert(h) (+ the shared expert)."""
     expert_ids, weights = ops.moe_route(ops.linear(h, e.router), e.top_k, e.normalize)  # [T, k] each
     flat_ids = expert_ids.reshape(-1)  # token-major: row t * k + j is token t's j-th expert
-    rows = _repeat_rows(ops, h, e.top_k)  # [T * k, D]
+    rows = ops.repeat_rows(h, e.top_k)  # [T * k, D]
     act = ops.silu_mul(ops.moe_linear(rows, e.gate, flat_ids), ops.moe_linear(rows, e.up, flat_ids))
     out = ops.moe_combine(ops.moe_linear(act, e.down, flat_ids), weights)  # [T, D]
     if e.shared_gate is not None:
         shared = ops.linear(ops.silu_mul(ops.linear(h, e.shared_gate), ops.linear(h, e.shared_up)), e.shared_down)
         if e.shared_router is not None:
-            shared = _gated(ops, shared, ops.linear(h, e.shared_router))  # [T, 1] gate per token
-        out = ops.add(out, shared) if getattr(ops, "ON_DEVICE", False) else out + shared
+            shared = ops.sigmoid_mul(shared, ops.linear(h, e.shared_router))  # [T, 1] gate per token
+        out = ops.add(out, shared)
     return out
-
-
-def _repeat_rows(ops: Any, h, top_k: int):
-    """Each row of h top_k times (on the device for a device backend)."""
-    if getattr(ops, "ON_DEVICE", False):
-        return ops.repeat_rows(h, top_k)
-    return np.repeat(h, top_k, axis=0)
-
-
-def _gated(ops: Any, shared, gate_logits):
-    """shared * sigmoid(gate_logits), one gate per token (on the device for a device backend)."""
-    if getattr(ops, "ON_DEVICE", False):
-        return ops.sigmoid_mul(shared, gate_logits)
-    return shared * (1.0 / (1.0 + np.exp(-gate_logits)))
 
 
 class Qwen3MoeModel(DecoderModel):

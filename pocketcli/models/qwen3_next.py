@@ -142,11 +142,11 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
             o = self._delta_net(layer_id, w.mixer, h, attn)
         else:
             o = self._gated_attention(w.mixer, h, positions, attn, k_cache, v_cache)
-        x = self._add(x, o)
+        x = self.ops.add(x, o)
         h = ops.rms_norm(x, w.ffn_norm, eps)
         if w.experts is not None:
-            return self._add(x, apply_experts(ops, w.experts, h))
-        return self._add(x, ops.linear(ops.silu_mul(ops.linear(h, w.w_gate), ops.linear(h, w.w_up)), w.w_down))
+            return self.ops.add(x, apply_experts(ops, w.experts, h))
+        return self.ops.add(x, ops.linear(ops.silu_mul(ops.linear(h, w.w_gate), ops.linear(h, w.w_up)), w.w_down))
 
     def _partial_rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """RoPE (NeoX pairs) on the first rope_dim dims of each head of x: [T, heads, hd]; the rest pass."""
@@ -178,7 +178,7 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
             value_width = extra["ssm_value_heads"] * extra["ssm_value_dim"] // key_heads
             q, k, v, z = self._columns_of_groups(ops.linear(h, w.qkvz), key_heads,
                                                  (key_dim, key_dim, value_width, value_width))
-            mixed = self._concat_columns([q, k, v])
+            mixed = self.ops.concat_columns([q, k, v])
         if w.ba is None:
             return mixed, z, ops.linear(h, w.beta), ops.linear(h, w.alpha)
         ratio = extra["ssm_value_heads"] // key_heads
@@ -201,7 +201,7 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
                 outputs.append(self._delta_net_sequence(layer_id, w, mixed[rows], g[rows], beta[rows], attn,
                                                         int(attn.state_slots[seq]), int(positions[rows.start]),
                                                         records))
-        out = outputs[0] if len(outputs) == 1 else self._concat_rows(outputs)
+        out = outputs[0] if len(outputs) == 1 else self.ops.concat_rows(outputs)
         return ops.linear(ops.gated_rms_norm(out, w.norm, z, self.hparams.rms_norm_eps), w.out)
 
     def _delta_net_sequence(self, layer_id: int, w: DeltaNetWeights, mixed: np.ndarray, g: np.ndarray,
@@ -226,13 +226,13 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
         ops, extra = self.ops, self.hparams.extra
         n, key_heads, key_dim = mixed.shape[0], extra["ssm_key_heads"], extra["ssm_key_dim"]
         value_heads, key_width = extra["ssm_value_heads"], extra["ssm_key_heads"] * extra["ssm_key_dim"]
-        q, k, v = self._split_columns(mixed, (key_width, key_width, value_heads * extra["ssm_value_dim"]))
+        q, k, v = self.ops.split_columns(mixed, (key_width, key_width, value_heads * extra["ssm_value_dim"]))
         # grouped (HF, qwen3next GGUF): value head j reads key head j // ratio; tiled (llama.cpp qwen35): j % H_k
         grouped = extra["ssm_value_heads_grouped"]
         q = ops.expand_heads(ops.l2_normalize(q.reshape(n, key_heads, key_dim)), value_heads, grouped,
                              key_dim ** -0.5)
         k = ops.expand_heads(ops.l2_normalize(k.reshape(n, key_heads, key_dim)), value_heads, grouped)
-        return q, k, self._contiguous(v).reshape(n, value_heads, extra["ssm_value_dim"])
+        return q, k, self.ops.contiguous(v).reshape(n, value_heads, extra["ssm_value_dim"])
 
     def _backend_inputs(self, positions, attn: AttnMetadata):
         """The base's device uploads, plus host copies of the positions and query starts, which the Gated
@@ -242,16 +242,13 @@ class Qwen3NextModel(MTPModelMixin, DecoderModel):  # MTP blocks (mtp_layers, mt
         attn.host_positions, attn.host_query_start_loc = host_positions, host_starts
         return positions, attn
 
-    # --- layout between ops: numpy views on the host, device kernels on a device backend --------------------
+    # --- layout between ops ----------------------------------------------------------------------------------
     def _columns_of_groups(self, y, num_groups: int, widths: tuple[int, ...]) -> list:
         """y: [T, num_groups * sum(widths)], each group's columns a run of parts of these widths -> each part's
         columns of every group, [T, num_groups * width] (per head [q | gate]; per key head [q | k | v | z])."""
         num_tokens = y.shape[0]
-        parts = self._split_columns(y.reshape(num_tokens * num_groups, sum(widths)), widths)
-        return [self._contiguous(p).reshape(num_tokens, num_groups * width) for p, width in zip(parts, widths)]
-
-    def _concat_rows(self, parts: list):
-        return self.ops.concat_rows(parts) if self._on_device else np.concatenate(parts)
+        parts = self.ops.split_columns(y.reshape(num_tokens * num_groups, sum(widths)), widths)
+        return [self.ops.contiguous(p).reshape(num_tokens, num_groups * width) for p, width in zip(parts, widths)]
 
 
 class Qwen35Model(Qwen3NextModel):

@@ -67,28 +67,22 @@ class TensorParallelOps:
         started = time.perf_counter()
         widths = [stop - start for start, stop in self.vocab_spans]
         padded = self._pad_columns(logits, self.vocab_width)
-        gathered = self.comm.all_gather(padded)  # [ranks, N, vocab_width]
-        if getattr(self.backend, "ON_DEVICE", False):
-            gathered = self.backend.to_host(gathered)
+        gathered = self.backend.to_host(self.comm.all_gather(padded))  # [ranks, N, vocab_width]
         full = np.concatenate([part[:, :width] for part, width in zip(gathered, widths)], axis=1)
         self.collective_seconds += time.perf_counter() - started
-        return self.backend.to_device(full) if getattr(self.backend, "ON_DEVICE", False) else full
+        return self.backend.to_device(full)
 
     def _pad_columns(self, y, width: int):
         if y.shape[1] == width:
             return y
-        on_device = getattr(self.backend, "ON_DEVICE", False)
-        host = self.backend.to_host(y) if on_device else y
+        host = self.backend.to_host(y)
         padded = np.zeros((host.shape[0], width), dtype=host.dtype)
         padded[:, :host.shape[1]] = host
-        return self.backend.to_device(padded) if on_device else padded
+        return self.backend.to_device(padded)
 
     def _zero_rows(self, rows, which: np.ndarray):
         if not which.any():
             return rows
-        if getattr(self.backend, "ON_DEVICE", False):  # one small host round trip per forward
-            host = self.backend.to_host(rows)
-            host[which] = 0.0
-            return self.backend.to_device(host)
-        rows[which] = 0.0
-        return rows
+        host = self.backend.to_host(rows)  # a device's rows: one small host round trip per forward
+        host[which] = 0.0
+        return self.backend.to_device(host)

@@ -84,7 +84,7 @@ def _follow_rank0(model, control: ShmCommunicator) -> None:
             return
         if isinstance(message, KVCacheShape):
             kv_cache = make_kv_cache(hp.num_layers, message.num_blocks, message.block_size, hp.num_kv_heads,
-                                     hp.head_dim, kv_type=message.kv_type)
+                                     hp.head_dim, zeros=model.ops.zeros, kv_type=message.kv_type)
         else:
             run_forward_step(model, kv_cache, message)
 

@@ -14,7 +14,7 @@ def test_gate_and_up_column_views_match_reference(name, threading_mode, monkeypa
     real = np.ascontiguousarray
     monkeypatch.setattr(activation.np, "ascontiguousarray", lambda a, **k: copies.append(a) or real(a, **k))
     y = (np.random.default_rng(0).standard_normal((37, 2 * 1100)) * 4).astype(np.float32)
-    gate, up = np.split(y, 2, axis=1)  # as DecoderModel._split_columns hands them over
+    gate, up = np.split(y, 2, axis=1)  # as the host ops.split_columns hands them over
     got = getattr(cpu, name)(gate, up)
     monkeypatch.undo()
     assert not copies and got.flags.c_contiguous and got.shape == gate.shape

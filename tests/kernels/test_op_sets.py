@@ -10,15 +10,14 @@ import pytest
 
 from kernels_numba import get_ops
 
-# The CUDA path's device glue, which the reference and the CPU do not have yet: arithmetic between ops that keeps
-# arrays on the device (models/base.py calls it when ops.ON_DEVICE), device memory, and on-device sampling.
-CUDA_ONLY = {"add", "add_bias", "scale", "split_columns", "assign", "concat_columns", "concat_rows", "copy_array",
-             "fill_zeros", "repeat_rows", "to_device", "to_host", "zeros", "is_device_array", "upload_weight",
-             "uploaded_bytes", "argmax", "top_k", "top_k_on_device",
-             "install_locked_shared_arrays", "install_simulated_shuffles"}  # the last two: under the simulator
-CPU_ONLY = {"decode_layer", "plan_decode_layer",  # one fused decode layer (models/decode_split.py)
-            "clear_stale_numba_cache"}
-REFERENCE_ONLY = {"rope_angles", "quantize_kv_rows", "dequantize_kv_rows", "kv_type_of", "is_visible"}  # helpers
+# Every op is in every backend (issue 27): the glue between ops (add, scale, split_columns, concat_*...), memory
+# (to_device, to_host, zeros...) and top-k are numpy on the host (kernels_numba/host_arrays.py) and kernels on cuda.
+CUDA_ONLY: set[str] = set()
+# The fused decode layer is a CPU speed path, not an op with a meaning of its own: the model asks for it with
+# hasattr (models/base.py _decode_plans) and runs the same layer op by op without it; tensor parallelism hides it
+# (parallel/parallel_ops.py FUSED_LAYER_OPS), as no collective fits inside one compiled layer.
+CPU_ONLY = {"decode_layer", "plan_decode_layer"}
+REFERENCE_ONLY: set[str] = set()
 
 
 def ops(module) -> dict:

@@ -19,8 +19,11 @@ MTP_TENSOR_MARKERS = (".nextn.", "mtp.", "mtp_layers.")
 
 
 def make_speculative_decoder(engine) -> SpeculativeDecoder:
+    """The engine step's speculative stage; a drafter may read the engine's parts while it is built (the
+    target model, its KV layout), the stage itself keeps only the block manager and the limits."""
     config = engine.config
-    return SpeculativeDecoder(engine, make_drafter(engine, config.spec), config.spec_k)
+    return SpeculativeDecoder(make_drafter(engine, config.spec), config.spec_k, engine.block_manager,
+                              engine.max_model_len, engine.scheduler.config.max_num_batched_tokens)
 
 
 def make_drafter(engine, method: str) -> Drafter:
@@ -39,7 +42,8 @@ def make_mtp_drafter(engine) -> Drafter:
     """The model's own MTP block (architectures that load one expose `mtp_layers` and `mtp_forward`)."""
     if not getattr(engine.model, "mtp_layers", None):
         raise SpeculationUnavailableError(mtp_unavailable_reason(engine))
-    if getattr(engine.model.ops, "ON_DEVICE", False) and not getattr(engine.model, "mtp_on_device", False):
+    on_device = engine.model.ops.is_device_array(engine.kv_cache.keys[0])  # where the target computes
+    if on_device and not getattr(engine.model, "mtp_on_device", False):
         raise SpeculationUnavailableError(f"--spec mtp for {engine.hparams.arch} runs on the cpu backend only "
                                           f"(its MTP step is not ported to {engine.config.backend}; use --device cpu)")
     from .mtp_drafter import MTPDrafter

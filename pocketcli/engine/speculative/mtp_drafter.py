@@ -39,15 +39,15 @@ class MTPDrafter(Drafter):
         self.kv_type = engine.kv_cache.kv_type  # the MTP block's cache: the target's KV type
         self.tap_layer_ids = frozenset({self.model.num_main_layers - 1})
         self.contexts: dict[int, MTPContext] = {}
-        self.on_device = getattr(self.model.ops, "ON_DEVICE", False)  # cuda: cache, hidden, logits stay there
-        self.model.keep_taps_on_device = self.on_device  # and so do the target's hidden states
+        # the MTP computes with the target's ops: its cache, hidden states and logits stay where they compute
+        self.model.keep_taps_on_device = True  # and so do the target's hidden states
 
     def _context(self, seq: Sequence) -> MTPContext:
         if seq.seq_id not in self.contexts:
             ops = self.model.ops
             kv_heads, key_dim, value_dim = self.model.kv_cache_layout()  # the target's layout (MLA: a latent)
             cache = make_kv_cache(1, -(-self.max_model_len // self.block_size), self.block_size, kv_heads, key_dim,
-                                  zeros=ops.zeros if self.on_device else np.zeros, value_dim=value_dim,
+                                  zeros=ops.zeros, value_dim=value_dim,
                                   kv_type=self.kv_type)
             self.contexts[seq.seq_id] = MTPContext(cache.keys[0], cache.values[0],
                                                    np.zeros((0, self.model.hparams.hidden_size), np.float32))
@@ -59,13 +59,10 @@ class MTPDrafter(Drafter):
         if first_position > ctx.hidden.shape[0]:
             return  # a gap (never seen positions): propose() drafts nothing for this sequence
         (rows,) = hidden_by_layer.values()
-        rows = rows if self.on_device else np.ascontiguousarray(rows)  # device taps: see keep_taps_on_device
-        normed = self.model.ops.rms_norm(rows, self.model.output_norm, self.model.hparams.rms_norm_eps)
-        if not self.on_device:
-            ctx.hidden = np.concatenate([ctx.hidden[:first_position], normed])
-        else:  # device rows: no zero-row pieces (an empty upload)
-            ctx.hidden = normed if first_position == 0 else self.model.ops.concat_rows(
-                [ctx.hidden[:first_position], normed])
+        ops = self.model.ops
+        normed = ops.rms_norm(ops.contiguous(rows), self.model.output_norm, self.model.hparams.rms_norm_eps)
+        # no zero-row pieces: an empty upload on a device
+        ctx.hidden = normed if first_position == 0 else ops.concat_rows([ctx.hidden[:first_position], normed])
         ctx.num_paired = min(ctx.num_paired, first_position)
 
     def propose(self, seqs: list[Sequence], num_draft_tokens: list[int]) -> list[Draft]:
@@ -93,9 +90,7 @@ class MTPDrafter(Drafter):
     def _greedy_last(self, logits) -> int:
         """The last row's greedy token; on a device its argmax is taken there (one int comes back)."""
         last = logits.shape[0] - 1
-        if self.on_device:
-            return int(self.model.ops.argmax(logits[last:])[0])
-        return int(np.argmax(logits[last]))
+        return int(self.model.ops.argmax(logits[last:])[0])
 
     def _step(self, ctx: MTPContext, token_ids: np.ndarray, hidden: np.ndarray, positions: np.ndarray):
         num_blocks = ctx.keys.shape[0]

@@ -1,5 +1,7 @@
-"""One speculative step for a whole batch: draft -> verify every draft of every sequence in ONE target forward
-over the paged KV cache -> accept/reject -> roll back the KV of rejected drafts.
+"""Speculative decoding as a stage of the engine step (LLMEngine.step): `propose` drafts for the decoding
+sequences before the forward (they ride along in the batch), the engine's forward verifies every draft of every
+sequence in ONE target pass over the paged KV cache, `verify` turns each sampling item's logits rows into the
+tokens to emit (accept/reject), and after the scheduler appended them `settle` rolls back the KV of rejected drafts.
 
 Rollback: draft tokens are appended to the sequence only for the verification forward; afterwards they are
 taken off again, the emitted tokens (accepted drafts + the target's token) are appended with the usual stop
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..outputs import StepOutput
+from ..block_manager import BlockManager
 from ..scheduler import ScheduledBatch, ScheduledSeq
 from ..sequence import Sequence
 from .adaptive_k import AdaptiveK
@@ -22,15 +24,24 @@ from .spec_stats import SpecStats
 
 
 class SpeculativeDecoder:
-    def __init__(self, engine, drafter: Drafter, max_k: int, adaptive: bool = True):
-        self.engine = engine
+    def __init__(self, drafter: Drafter, max_k: int, block_manager: BlockManager, max_model_len: int,
+                 max_num_batched_tokens: int, adaptive: bool = True):
+        """block_manager: the target's KV blocks (drafts take blocks for the verify pass, rejected ones give
+        them back); max_model_len, max_num_batched_tokens: the limits a draft must stay within."""
         self.drafter = drafter
         self.max_k = max_k
+        self.block_manager = block_manager
+        self.max_model_len = max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.adaptive_k = AdaptiveK(max_k) if adaptive else None
         self.stats = SpecStats()  # all sequences since the engine started (generate --json, server /metrics)
         self._rngs: dict[int, np.random.Generator] = {}
-        if drafter.tap_layer_ids:
-            engine.model.tap_layer_ids = frozenset(engine.model.tap_layer_ids | drafter.tap_layer_ids)
+        self._drafts: dict[int, Draft] = {}  # seq id -> its draft, from propose to verify within one step
+
+    @property
+    def tap_layer_ids(self) -> frozenset[int]:
+        """The target layers whose hidden states the drafter reads (the engine keeps them at each forward)."""
+        return self.drafter.tap_layer_ids
 
     def reset_stats(self) -> None:
         """Fresh statistics and draft length, as at the start (after the engine's warm-up request)."""
@@ -38,30 +49,19 @@ class SpeculativeDecoder:
         if self.adaptive_k is not None:
             self.adaptive_k = AdaptiveK(self.max_k)
 
-    # ---- the step
+    # ---- before the forward: draft
 
-    def step(self, batch: ScheduledBatch) -> list[StepOutput]:
+    def propose(self, batch: ScheduledBatch) -> None:
+        """Drafts for the batch's decoding sequences, appended to them for this step's forward to verify."""
         decodes = [item for item in batch.items if item.seq.num_uncached_tokens == 1]
         drafts = self._propose(decodes, self._spare_tokens(batch))
         for item, draft in zip(decodes, drafts):
             self._attach_draft(item, draft)
-        draft_of = {item.seq.seq_id: draft for item, draft in zip(decodes, drafts)}
-        logits = self.engine.runner.run(batch)  # rows: 1 + num_draft_tokens per sampling item
-        self._observe_hidden(batch)
-        sampling_items = [item for item in batch.items if item.samples_token]
-        bounds = np.cumsum([0] + [1 + item.num_draft_tokens for item in sampling_items])
-        rows = [logits[bounds[i]:bounds[i + 1]] for i in range(len(sampling_items))]
-        emitted = [self._verify(item, item_rows, draft_of.get(item.seq.seq_id))
-                   for item, item_rows in zip(sampling_items, rows)]
-        for item in sampling_items:
-            self._remove_draft(item)
-        appended = self.engine.scheduler.postprocess_tokens(batch, emitted)
-        return [self._output(item, tokens, item_rows)
-                for item, tokens, item_rows in zip(sampling_items, appended, rows)]
+        self._drafts = {item.seq.seq_id: draft for item, draft in zip(decodes, drafts)}
 
     def _spare_tokens(self, batch: ScheduledBatch) -> int:
         """Draft tokens this step can still take: the scheduler filled part of its token budget already."""
-        return max(0, self.engine.scheduler.config.max_num_batched_tokens - batch.num_tokens)
+        return max(0, self.max_num_batched_tokens - batch.num_tokens)
 
     def _propose(self, decodes: list[ScheduledSeq], spare_tokens: int) -> list[Draft]:
         seqs = [item.seq for item in decodes]
@@ -81,13 +81,13 @@ class SpeculativeDecoder:
     def _num_draft_tokens(self, seq: Sequence) -> int:
         k = self.adaptive_k.k_for(seq.seq_id) if self.adaptive_k else self.max_k
         remaining = seq.params.max_tokens - seq.num_completion_tokens - 1  # the target adds one token itself
-        room = self.engine.max_model_len - len(seq)
+        room = self.max_model_len - len(seq)
         return max(0, min(k, remaining, room))
 
     def _attach_draft(self, item: ScheduledSeq, draft: Draft) -> None:
         """Append the draft for verification, if the KV blocks for it can be had (ask, then act)."""
         seq = item.seq
-        manager = self.engine.block_manager
+        manager = self.block_manager
         if not draft.token_ids or not manager.can_allocate(seq, len(seq) + len(draft)):
             draft.token_ids, draft.probs = [], None
             return
@@ -96,17 +96,31 @@ class SpeculativeDecoder:
         item.num_new_tokens += len(draft)
         item.num_draft_tokens = len(draft)
 
-    def _observe_hidden(self, batch: ScheduledBatch) -> None:
-        """Hand tapped target hidden states of every computed position to the drafter (drafts included: a
-        drafter must keep only the rows of positions that end up accepted, see `observe`)."""
+    # ---- after the forward: the drafter sees the target's hidden states, the drafts are verified
+
+    def observe(self, batch: ScheduledBatch, taps: dict[int, np.ndarray]) -> None:
+        """Hand tapped target hidden states (layer id -> [batch tokens, D]) of every computed position to the
+        drafter (drafts included: a drafter must keep only the rows of positions that end up accepted, see
+        `observe`)."""
         if not self.drafter.tap_layer_ids:
             return
-        taps, start = self.engine.model.tapped_hidden, 0
+        start = 0
         for item in batch.items:
             end = start + item.num_new_tokens
             self.drafter.observe(item.seq, item.seq.num_cached_tokens,
                                  {layer: hidden[start:end] for layer, hidden in taps.items()})
             start = end
+
+    def verify(self, items: list[ScheduledSeq], logits: np.ndarray) -> list[list[int]]:
+        """logits: 1 + num_draft_tokens rows per sampling item -> the tokens each emits (its accepted drafts,
+        then the target's own); the drafts are taken off the sequences again (the scheduler appends these)."""
+        bounds = np.cumsum([0] + [1 + item.num_draft_tokens for item in items])
+        emitted = [self._verify(item, logits[bounds[i]:bounds[i + 1]], self._drafts.get(item.seq.seq_id))
+                   for i, item in enumerate(items)]
+        for item in items:
+            self._remove_draft(item)
+        self._drafts = {}
+        return emitted
 
     # ---- verification
 
@@ -144,21 +158,15 @@ class SpeculativeDecoder:
             del item.seq.token_ids[len(item.seq) - item.num_draft_tokens:]  # never given to the grammar
             item.num_new_tokens -= item.num_draft_tokens
 
-    def _output(self, item: ScheduledSeq, tokens: list[int], logits: np.ndarray) -> StepOutput:
+    # ---- after the scheduler appended the tokens
+
+    def settle(self, item: ScheduledSeq, tokens: list[int]) -> None:
+        """A running sequence keeps the K/V its accepted drafts got from the verify pass; the tail blocks that
+        held only rejected drafts go back."""
         seq = item.seq
-        if seq.params.logprobs is None:
-            logprobs = None
-        else:
-            logprobs = [lp for row, token in zip(logits, tokens)
-                        for lp in self.engine._logprobs(row, seq.params, token)]
-        if seq.is_finished:
-            self.engine.sampler.release(seq.seq_id)
-            self.release(seq)
-        else:  # the accepted drafts' K/V were computed by the verify pass; rejected ones' tail blocks go back
-            seq.num_cached_tokens += len(tokens) - 1
-            self.engine.block_manager.cache_full_blocks(seq)
-            self.engine.block_manager.free_tail(seq)
-        return StepOutput(seq.seq_id, tokens, seq.finish_reason, logprobs)
+        seq.num_cached_tokens += len(tokens) - 1
+        self.block_manager.cache_full_blocks(seq)
+        self.block_manager.free_tail(seq)
 
     # ---- per-sequence state
 
