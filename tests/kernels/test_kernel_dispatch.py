@@ -85,7 +85,7 @@ def test_the_table_follows_its_thresholds():
     assert choose(qt.IQ4_NL, 5) == dispatch.FUSED and choose(qt.IQ4_NL, dispatch.MAX_FUSED_TOKENS + 1) == dispatch.TILED
     assert choose(qt.Q5_1, dispatch.MAX_BATCH_TOKENS + 1) == dispatch.TILED
     assert choose(qt.R_Q5_0, dispatch.MAX_RUN_TOKENS) == dispatch.RUN
-    assert choose(qt.R_Q5_0, dispatch.MAX_RUN_TOKENS + 1) == dispatch.TILED
+    assert choose(qt.R_Q5_0, 512) == dispatch.RUN  # prefill chunks too: the run dots beat tile decode + BLAS
     if dispatch.USE_INT8_DOT:
         assert choose(qt.Q4_K, dispatch.MAX_INT8_TOKENS) in (dispatch.INT8, dispatch.AMX)
         assert choose(qt.Q8_0, 1) == (dispatch.AMX if AMX_IS_AVAILABLE else dispatch.INT8)

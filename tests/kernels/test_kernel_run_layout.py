@@ -95,7 +95,7 @@ def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
 def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     rng = np.random.default_rng(5)
     w = random_weight(QT.Q5_0, (48, 640), rng)
-    for num_tokens in (1, 5, dispatch.MAX_RUN_TOKENS + 16):  # the last one: tile decode + BLAS
+    for num_tokens in (1, 5, dispatch.MAX_RUN_TOKENS + 16):  # the last one: a prefill chunk, run dots too
         x = rng.standard_normal((num_tokens, 640)).astype(np.float32)
         expected = linear_int8_activations(x, w)
         np.testing.assert_allclose(dispatch.linear(x, w), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())

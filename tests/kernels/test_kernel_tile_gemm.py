@@ -6,7 +6,7 @@ from gguf import GGMLQuantizationType as QT
 
 from kernel_test_data import random_weight, relative_error
 from kernels_numba import get_ops
-from kernels_numba.cpu.matvec import blas, dispatch, int8_dot, quant_type
+from kernels_numba.cpu.matvec import blas, dispatch, quant_type
 from kernels_numba.cpu.dequant import readonly_bytes
 from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
 
@@ -69,11 +69,10 @@ def test_linear_takes_the_threaded_path_for_prompts(monkeypatch, threading_mode,
     calls = []
     monkeypatch.setattr(dispatch, "tiled_matmul_into", lambda *a: calls.append(a) or tiled_matmul_into(*a))
     rng = np.random.default_rng(3)
-    w = random_weight(QT.Q5_0, (64, 128), rng)
-    x = rng.standard_normal((dispatch.max_fused_tokens(dispatch.cpu_operands(w)[0]) + 1, 128)).astype(np.float32)
+    w = random_weight(QT.Q5_1, (64, 128), rng)  # no run layout (whose dots serve prompts too), no 8-bit dots
+    x = rng.standard_normal((65, 128)).astype(np.float32)  # past the fused paths and PARALLEL_MIN_WORK
+    assert dispatch.choose_path(dispatch.cpu_operands(w)[0], x.shape[0]) == dispatch.TILED
     y = get_ops("cpu").linear(x, w)
-    if dispatch.USE_INT8_DOT:  # Q5_0: the activations rounded to 8 bits, as the one-token integer dots see them
-        x = int8_dot.round_activations(x)
     assert relative_error(y, x.astype(np.float64) @ reference.dequantize(w).astype(np.float64).T) < 1e-5
     assert len(calls) == (1 if threading_mode == "parallel" and numba.get_num_threads() > 1 else 0)
 

@@ -3,16 +3,17 @@
 | path     | serves                                                   | quant types                        | tokens |
 |----------|----------------------------------------------------------|------------------------------------|--------|
 | f32_blas | numpy matmul on the float32 rows                         | F32                                | any    |
-| run      | 8-bit dots on the run layout (run_matvec.py)             | Q5_0 Q4_0 Q4_K Q6_K, Q8_0 w/o AMX  | <= 64  |
+| run      | 8-bit dots on the run layout (run_matvec.py)             | Q4_0/1 Q5_0 Q4_K Q6_K Q8_0(no AMX) | any    |
 | amx      | AMX tiles on 8-bit activations (amx_matvec.py)           | Q8_0 where the CPU has AMX         | <= 48  |
 | int8     | 8-bit dots on the GGUF rows (int8_matvec.py)             | Q8_0 Q5_0 Q4_0 Q6_K Q4_K           | <= 48  |
 | batch    | float32 register tiles, one decode per block (batch_dot) | BATCH_CODES                        | 2-12   |
 | fused    | float32 fused dot, one row group at a time (matmul)      | every type                         | <= 8/12|
-| tiled    | tile decode + BLAS sgemm on every thread (tile_gemm)     | every type                         | longer |
+| tiled    | tile decode + BLAS sgemm on every thread (tile_gemm)     | GGUF types (run: forced only)      | longer |
 
-The 8-bit paths need AVX512-VNNI (tiers avx512, amx); elsewhere (avx2, generic) the float paths serve every
-token count. Where a token count falls past a 8-bit path, tiled multiplies the activations rounded to the same
-8-bit grid, so prefill and decode see the same inputs.
+The 8-bit paths run where the CPU has integer byte dots (ir/byte_dot.py: tiers amx, avx512, avxvnni, avx2); on the
+generic tier the float paths serve every token count. Types in the run layout take the run dots at every token count
+(prefill chunks too); where a token count falls past the GGUF-order int8 path, tiled multiplies the activations
+rounded to the same 8-bit grid, so prefill and decode see the same inputs.
 
 Each path but f32_blas is glue compiled once for every type around a leaf kernel compiled per quant type (or run
 code) on first use and called through its address (ir/native_call.py): a model compiles the leaves of its own
@@ -55,7 +56,10 @@ RUN, AMX, INT8, BATCH, FUSED, TILED, F32_BLAS = range(7)
 PATH_NAMES = ("run", "amx", "int8", "batch", "fused", "tiled", "f32_blas")
 
 # thresholds: most tokens each path serves before the next one down the table wins (measured on 2 threads)
-MAX_RUN_TOKENS = 64  # run dots vs tile decode + BLAS: Q5_0 2048x640 n=64 1.7 vs 3.5 ms, n=512 11.7 vs 13.5
+# the run dots serve every token count: prefill chunks too. Against tile decode + BLAS at 512 tokens, 2 threads
+# (Zen 4, loaded box, min of 5): 1B-shape Q4_K 8192x2048 220 vs 920 ms, Q6_K 2048x8192 280 vs 977 ms, Q4_K
+# 2048x2048 55 vs 204 ms; at the avx2 tier 193 vs 497, 284 vs 535, 48 vs 128 ms
+MAX_RUN_TOKENS = 64  # the most tokens the fused decode layer serves in one call with run codes (decode batches)
 MAX_INT8_TOKENS = 48  # GGUF-order 8-bit dots, 4 tokens a pass: Q5_0 2048x640 n=32 1.10 vs 1.62 ms, n=64 2.18/2.05
 MAX_BATCH_TOKENS = 12  # speculative verify sends up to k + 1 = 12 tokens; float register tiles up to there
 MAX_FUSED_TOKENS = 8  # fused beats tile decode + BLAS up to ~8 tokens (LM head n=4: 76 vs 92 ms)
@@ -77,7 +81,7 @@ _forced = threading.local()
 def uses_int8_dot(code: int, num_tokens: int) -> bool:
     """Whether the 8-bit dots (run, amx or int8) serve this type and token count."""
     if code >= qt.R_Q5_0:
-        return num_tokens <= MAX_RUN_TOKENS
+        return True
     return USE_INT8_DOT and code in INT8_CODES and num_tokens <= MAX_INT8_TOKENS
 
 
