@@ -14,6 +14,10 @@ _numba_entrypoints._already_initialized = True
 # x86 without F16C: before any kernel compiles
 _half_symbols.register_half_conversions(_byte_dot.target_features(cpu_target.target_context))
 
+from kernels_numba.cpu import kv_row as _kv_row  # noqa: E402
+
+_kv_row.register_row_codecs()  # before any kernel that calls the KV row codecs compiles or loads
+
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402
 from kernels_numba.cpu.decode_layer import decode_layer, plan_decode_layer  # noqa: E402

@@ -7,9 +7,11 @@ branch on the type code per row; attention decodes rows one at a time, never the
 """
 import math
 
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, cfunc, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from kernels_numba.cpu.ir.half import half_bits_to_float32, read_half
@@ -320,6 +322,66 @@ def decode_kv_row(row, kv_type, out):
 
 
 
+# ---- the row codecs as two external functions, compiled once ----------------------------------------------------
+# Inlined, decode_kv_row and encode_kv_row (every type's code behind a branch on the type) were compiled again into
+# each kernel that reads or writes the cache (attention's 12 row reads, decode_layer, store_kv): 5-8 s of a fresh
+# install's first run. As C-callable functions (cfunc, cached like any kernel) whose addresses are in LLVM's symbol
+# table, callers hold one call by name, which a kernel loaded from the cache links again in each process. They are
+# taken for the C-contiguous rows the cache gives; other layouts keep the inlined code.
+DECODE_SYMBOL, ENCODE_SYMBOL = "pocketllm_kv_decode_row", "pocketllm_kv_encode_row"
+_ROW_CALL = types.void(types.CPointer(types.uint8), types.int64, types.int64, types.CPointer(types.float32),
+                       types.int64)  # (row bytes, row_bytes, kv_type, float32 values, width)
+
+
+@cfunc(_ROW_CALL, cache=True)
+def _decode_row_c(row, row_bytes, kv_type, out, width):
+    decode_kv_row(carray(row, row_bytes), kv_type, carray(out, width))
+
+
+@cfunc(_ROW_CALL, cache=True)
+def _encode_row_c(row, row_bytes, kv_type, values, width):
+    encode_kv_row(carray(values, width), kv_type, carray(row, row_bytes))
+
+
+def register_row_codecs() -> None:
+    """Put the two codecs' addresses in LLVM's symbol table (compiling them, or loading them from the cache):
+    before any kernel that calls them compiles or loads."""
+    llvm.add_symbol(DECODE_SYMBOL, _decode_row_c.address)
+    llvm.add_symbol(ENCODE_SYMBOL, _encode_row_c.address)
+
+
+def _call_row_codec(symbol: str):
+    @intrinsic
+    def call(typingctx, row, kv_type, values):
+        """symbol(row, kv_type, values) for a uint8 row and float32 values, both C-contiguous 1-D arrays."""
+        if not (isinstance(row, types.Array) and isinstance(values, types.Array) and row.layout == "C"
+                and values.layout == "C" and row.ndim == values.ndim == 1 and row.dtype == types.uint8
+                and values.dtype == types.float32 and isinstance(kv_type, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            row_array = context.make_array(signature.args[0])(context, builder, args[0])
+            value_array = context.make_array(signature.args[2])(context, builder, args[2])
+            i64 = ir.IntType(64)
+            function_type = ir.FunctionType(ir.VoidType(), [row_array.data.type, i64, i64, value_array.data.type, i64])
+            function = cgutils.get_or_insert_function(builder.module, function_type, symbol)
+            builder.call(function, [row_array.data, builder.extract_value(row_array.shape, 0),
+                                    context.cast(builder, args[1], signature.args[1], types.int64),
+                                    value_array.data, builder.extract_value(value_array.shape, 0)])
+            return context.get_dummy_value()
+
+        return types.none(row, kv_type, values), codegen
+
+    return call
+
+
+decode_row_call, encode_row_call = _call_row_codec(DECODE_SYMBOL), _call_row_codec(ENCODE_SYMBOL)
+
+
+def _is_c_row(array_type) -> bool:
+    return isinstance(array_type, types.Array) and array_type.layout == "C"
+
+
 @njit(cache=True, inline="always")
 def _copy(source, target):
     for d in range(target.size):  # element loop: see kv_store.store_kv_into
@@ -335,6 +397,13 @@ def kv_row(cache, kv_type, block, offset, head, scratch):
 def _kv_row(cache, kv_type, block, offset, head, scratch):
     if cache.dtype == types.float32:
         return lambda cache, kv_type, block, offset, head, scratch: cache[block, offset, head]
+
+    if _is_c_row(cache) and _is_c_row(scratch):
+        def decoded_by_call(cache, kv_type, block, offset, head, scratch):
+            decode_row_call(cache[block, offset, head], kv_type, scratch)
+            return scratch
+
+        return decoded_by_call
 
     def decoded(cache, kv_type, block, offset, head, scratch):
         decode_kv_row(cache[block, offset, head], kv_type, scratch)
@@ -352,6 +421,10 @@ def _store_kv_row(cache, kv_type, block, offset, head, values):
     if cache.dtype == types.float32:
         return lambda cache, kv_type, block, offset, head, values: _copy(values, cache[block, offset, head])
 
+    if _is_c_row(cache) and _is_c_row(values):
+        return lambda cache, kv_type, block, offset, head, values: encode_row_call(
+            cache[block, offset, head], kv_type, values)
+
     def encoded(cache, kv_type, block, offset, head, values):
         encode_kv_row(values, kv_type, cache[block, offset, head])
 
@@ -366,6 +439,10 @@ def kv_row_into(cache, kv_type, block, offset, head, out):
 def _kv_row_into(cache, kv_type, block, offset, head, out):
     if cache.dtype == types.float32:
         return lambda cache, kv_type, block, offset, head, out: _copy(cache[block, offset, head], out)
+
+    if _is_c_row(cache) and _is_c_row(out):
+        return lambda cache, kv_type, block, offset, head, out: decode_row_call(
+            cache[block, offset, head], kv_type, out)
 
     def decoded(cache, kv_type, block, offset, head, out):
         decode_kv_row(cache[block, offset, head], kv_type, out)

@@ -135,3 +135,14 @@ def test_quantized_attention_stays_near_float_attention(name):
                                  kv_type=name)
     error = np.abs(cpu.paged_attention(*quantized, 0.125) - exact).max()
     assert error < {"q8_0": 0.02, "q4_0": 0.2}[name]
+
+
+def test_row_codecs_are_one_external_function_each():
+    """Kernels reach the KV row codecs by symbol (compiled once), not each with its own inlined copy."""
+    import llvmlite.binding as llvm
+
+    import kernels_numba.cpu  # noqa: F401  (registers the codecs)
+    from kernels_numba.cpu import kv_row
+
+    assert llvm.address_of_symbol(kv_row.DECODE_SYMBOL) == kv_row._decode_row_c.address
+    assert llvm.address_of_symbol(kv_row.ENCODE_SYMBOL) == kv_row._encode_row_c.address
