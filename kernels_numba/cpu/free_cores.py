@@ -23,6 +23,8 @@ CHECK_INTERVAL_S = 0.25  # /proc/stat is read at most this often (~0.1 ms a read
 STALE_AFTER_S = 2.0  # an average over a longer window (an idle pause) is not a guide to now
 FREE_CORE_SLACK = 0.3  # others using under this many cores (daemons, tick rounding) leave a core free
 _STAT_IDLE_COLUMNS = (3, 4)  # idle, iowait: of user nice system idle iowait irq softirq steal (guest is in user)
+_STAT_NICE_COLUMN = 1  # processes with a positive nice value: they yield a core to us (a nice-19 task takes ~1.5%
+# of a core it shares with one at nice 0), so they leave it free unless we run niced ourselves
 _STAT_COUNTED_COLUMNS = 8
 
 
@@ -31,15 +33,17 @@ def threads_for_free_cores(max_threads: int, others_busy_cores: float) -> int:
     return max(1, min(max_threads, int(max_threads - others_busy_cores + FREE_CORE_SLACK)))
 
 
-def busy_seconds(stat_text: str, cpus: set[int], ticks_per_second: float) -> float:
-    """Busy time (all but idle and iowait) of the cores `cpus`, summed since boot, from /proc/stat's text."""
+def busy_seconds(stat_text: str, cpus: set[int], ticks_per_second: float, niced_is_free: bool = False) -> float:
+    """Busy time (all but idle and iowait; and nice, where niced_is_free) of the cores `cpus`, summed since boot,
+    from /proc/stat's text."""
+    free_columns = _STAT_IDLE_COLUMNS + ((_STAT_NICE_COLUMN,) if niced_is_free else ())
     ticks = 0
     for line in stat_text.splitlines():
         name, _, rest = line.partition(" ")
         if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
             continue
         columns = [int(value) for value in rest.split()[:_STAT_COUNTED_COLUMNS]]
-        ticks += sum(value for column, value in enumerate(columns) if column not in _STAT_IDLE_COLUMNS)
+        ticks += sum(value for column, value in enumerate(columns) if column not in free_columns)
     return ticks / ticks_per_second
 
 
@@ -81,8 +85,16 @@ def read_cpu_sample(cpus: set[int]) -> CpuSample | None:
     except OSError:
         return None
     own = os.times()
-    return CpuSample(time.monotonic(), busy_seconds(stat_text, cpus, os.sysconf("SC_CLK_TCK")),
-                     own.user + own.system, procs_running(stat_text))
+    cores_busy_s = busy_seconds(stat_text, cpus, os.sysconf("SC_CLK_TCK"), niced_is_free=not runs_niced())
+    return CpuSample(time.monotonic(), cores_busy_s, own.user + own.system, procs_running(stat_text))
+
+
+def runs_niced() -> bool:
+    """This process runs at a positive nice value (its own time then shows in /proc/stat's nice column)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) > 0
+    except (AttributeError, OSError):
+        return False
 
 
 def usable_cpus() -> set[int]:

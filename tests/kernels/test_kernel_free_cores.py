@@ -1,5 +1,6 @@
 """The thread policy's logic: free cores from /proc/stat readings, and the thread count that follows them (no
 timings: samples and the clock are made up)."""
+import os
 import threading
 
 import numba
@@ -24,6 +25,15 @@ def test_busy_seconds_counts_all_but_idle_and_iowait_of_our_cores():
     assert busy_seconds(STAT, {0, 1}, 100) == pytest.approx((165 + 575) / 100)  # guest is already in user
     assert busy_seconds(STAT, {5}, 100) == 0.0
     assert procs_running(STAT) == 3 and procs_running("cpu0 1 2 3") == 1
+
+
+def test_niced_processes_leave_their_cores_free_to_us():
+    """Time in the nice column (tasks at a positive nice value) yields to a process at nice 0: such a neighbour
+    (a build or test run at nice 19) must not halve our threads; it is busy time when we run niced ourselves."""
+    niced = "cpu0 100 300 50 400 20 0 5 10 0 0\n"
+    assert busy_seconds(niced, {0}, 100) == pytest.approx((100 + 300 + 50 + 5 + 10) / 100)
+    assert busy_seconds(niced, {0}, 100, niced_is_free=True) == pytest.approx((100 + 50 + 5 + 10) / 100)
+    assert free_cores.runs_niced() is (os.getpriority(os.PRIO_PROCESS, 0) > 0)
 
 
 @pytest.mark.parametrize("others, expected", [(0.0, 2), (0.2, 2), (0.5, 1), (1.0, 1), (2.0, 1), (3.5, 1)])
