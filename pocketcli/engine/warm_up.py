@@ -13,7 +13,8 @@ from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES, PARALLEL_MIN_WORK
 
 from ..sampling_params import SamplingParams
 
-# at least: past the fused mat-vecs' limit (tile decode + BLAS) and the blocked prefill attention's threshold
+# at least: past the fused decode layer's per-call token limit (and, for types without the run layout, tile decode
+# + BLAS) and the blocked prefill attention's threshold
 WARM_UP_PROMPT_TOKENS = max(MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES) + 16
 # `pocket chat`'s load: a first turn's size (a chat template, a system prompt and a question: 20-64 tokens take the
 # fused mat-vecs and the blocked attention), so the first reply loads no kernel after Enter
