@@ -54,7 +54,7 @@ class StringArray(Sequence):
         is decoded and split at the NULs. None where a string holds a NUL or invalid UTF-8: those go one by one,
         with "replace"."""
         raw = self._raw()
-        field_starts = np.frombuffer(self._bounds, dtype=np.int64)[:-1] - self._bounds[0]  # into raw
+        field_starts = self._bounds_in_raw()[:-1] - LENGTH_BYTES
         is_text = np.ones(len(raw), dtype=bool)
         is_text[(field_starts[:, None] + np.arange(LENGTH_BYTES)).ravel()] = False
         if np.any(raw[is_text] == 0):
@@ -75,10 +75,10 @@ class StringArray(Sequence):
             return list(range(self._count))
         raw = self._raw().tobytes()
         hits = np.array([match.start() for match in re.finditer(re.escape(needle), raw)], dtype=np.int64)
-        bounds = np.frombuffer(self._bounds, dtype=np.int64) - (self._bounds[0] - LENGTH_BYTES)  # into raw
+        bounds = self._bounds_in_raw()
         indices = np.searchsorted(bounds, hits, side="right") - 1
         inside = (indices >= 0) & (hits + len(needle) <= bounds[np.minimum(indices + 1, self._count)] - LENGTH_BYTES)
-        return sorted(set(indices[inside].tolist()))
+        return np.unique(indices[inside]).tolist()
 
     def empty_indices(self) -> list[int]:
         """Indices of the empty strings, found from the offsets alone (no string is decoded)."""
@@ -94,6 +94,10 @@ class StringArray(Sequence):
         return len(other) == self._count and all(a == b for a, b in zip(self, other))
 
     __hash__ = None  # mutable-looking sequence semantics, like list
+
+    def _bounds_in_raw(self) -> np.ndarray:
+        """The bounds as offsets into _raw(): where each string's bytes start (the last: past the end, + a field)."""
+        return np.frombuffer(self._bounds, dtype=np.int64) - (self._bounds[0] - LENGTH_BYTES)
 
     def _raw(self) -> np.ndarray:
         """The whole array's bytes, lengths included (no copy)."""

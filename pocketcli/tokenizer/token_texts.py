@@ -38,7 +38,7 @@ class TokenTexts(Sequence):
     def indices_containing(self, part: str) -> list[int]:
         """Ids whose text holds `part` (a GGUF string array searches its bytes without decoding)."""
         search = getattr(self._texts, "indices_containing", None)
-        if search is not None and part:
+        if search is not None:
             return search(part)
         return [i for i, text in enumerate(self) if part in text]
 
