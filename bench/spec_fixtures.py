@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pocketcli import engine_factory  # noqa: E402
 from pocketcli.config import EngineConfig  # noqa: E402
 from pocketcli.device import DeviceUnavailableError, backend_for, resolve_device  # noqa: E402
 from pocketcli.engine.llm_engine import LLMEngine  # noqa: E402
@@ -113,7 +114,8 @@ def _counters(engine: LLMEngine) -> dict:
 
 def make_engine(fixture: Fixture, backend: str, spec_k: int, speculate: bool) -> LLMEngine:
     spec = {"spec": fixture.spec, "spec_k": spec_k, "draft_model_path": fixture.draft_model_path} if speculate else {}
-    return LLMEngine(EngineConfig(fixture.target_path, ctx_size=128, block_size=4, backend=backend, **spec))
+    return engine_factory.make_engine(EngineConfig(fixture.target_path, ctx_size=128, block_size=4, backend=backend,
+                                                   **spec))
 
 
 def measure(fixture: Fixture, backend: str, max_tokens: int, spec_k: int, repetitions: int) -> dict:

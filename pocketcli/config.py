@@ -67,6 +67,13 @@ class EngineConfig:
         if self.spec in ("draft", "dflash") and not self.draft_model_path:
             raise ValueError(f"--spec {self.spec} needs --draft-model PATH")
 
+    def draft_config(self, max_model_len: int) -> "EngineConfig":
+        """The draft model's engine for --spec draft: the target's context, sequences, block size, backend and KV
+        type; one rank, no speculation, no prefix cache (its shadow sequences are cut back every round)."""
+        return EngineConfig(model_path=self.draft_model_path, ctx_size=max_model_len, max_num_seqs=self.max_num_seqs,
+                            block_size=self.block_size, backend=self.backend, enable_prefix_caching=False,
+                            kv_type=self.kv_type)
+
     def _check_parallel(self) -> None:
         if self.tp_size < 1:
             raise ValueError(f"--tp must be >= 1, got {self.tp_size}")

@@ -10,8 +10,10 @@ from .config import EngineConfig
 
 def make_engine(config: EngineConfig, model_file=None):
     """The engine for `config`; with --tp N > 1 its ranks 1..N-1 start as worker processes
-    (pocketcli.parallel.make_rank_group)."""
+    (pocketcli.parallel.make_rank_group); with --spec draft the draft model's engine is built here too, from
+    config.draft_config (one rank, no speculation of its own)."""
     from .engine.llm_engine import LLMEngine
     from .parallel import make_rank_group
 
-    return LLMEngine(config, model_file=model_file, rank_group_factory=make_rank_group)
+    return LLMEngine(config, model_file=model_file, rank_group_factory=make_rank_group,
+                     draft_engine_factory=make_engine)

@@ -41,9 +41,12 @@ def check_tensor_types(model_file: GGUFFile, supported_types) -> None:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None, rank_group_factory=None):
+    def __init__(self, config: EngineConfig, model_file: GGUFFile | None = None, rank_group_factory=None,
+                 draft_engine_factory=None):
         """rank_group_factory(model_file, hparams, config, ops) starts the ranks of --tp N
-        (pocketcli.parallel.make_rank_group): tensor parallelism comes from outside, the engine never imports it."""
+        (pocketcli.parallel.make_rank_group): tensor parallelism comes from outside, the engine never imports it.
+        draft_engine_factory(config) builds the draft model's engine of --spec draft. Both are passed by
+        pocketcli.engine_factory.make_engine, the one way in for front ends."""
         self.config = config
         self.model_file = model_file or open_model_file(config.model_path)  # GGUF file or HF directory
         metadata = self.model_file.metadata
@@ -80,7 +83,7 @@ class LLMEngine:
         on_device = ops.is_device_array(self.kv_cache.keys[0]) if self.kv_cache.keys else False
         self.device_sampler = DeviceSampler(ops, self.sampler) if on_device and not self.rank_group else None
         self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
-        self.speculative = self._make_speculative_decoder()
+        self.speculative = self._make_speculative_decoder(draft_engine_factory)
 
     def _start_rank_group(self, ops, rank_group_factory):
         if self.config.tp_size == 1:
@@ -95,14 +98,21 @@ class LLMEngine:
         if self.rank_group is not None:
             self.rank_group.close()
 
-    def _make_speculative_decoder(self):
+    def _make_speculative_decoder(self, draft_engine_factory):
         if not self.config.spec:
             return None
-        from .speculative import make_speculative_decoder  # the draft model drafter builds an LLMEngine itself
+        from .speculative import make_speculative_decoder
 
-        speculative = make_speculative_decoder(self)
+        draft_engine = self._make_draft_engine(draft_engine_factory) if self.config.spec == "draft" else None
+        speculative = make_speculative_decoder(self, draft_engine)
         self.model.tap_layer_ids = frozenset(self.model.tap_layer_ids | speculative.tap_layer_ids)
         return speculative
+
+    def _make_draft_engine(self, draft_engine_factory):
+        if draft_engine_factory is None:
+            raise ValueError("--spec draft needs LLMEngine(..., draft_engine_factory="
+                             "pocketcli.engine_factory.make_engine)")
+        return draft_engine_factory(self.config.draft_config(self.max_model_len))
 
     def _vocab_size(self) -> int:
         return self.model_file.tensor_infos["token_embd.weight"].shape[0]

@@ -110,11 +110,20 @@ def test_engine_flags_reach_the_engine_config():
 
 def test_only_the_engine_factory_builds_an_engine():
     """generate, bench, serve and chat build engines through pocketcli/engine_factory.py, which attaches the
-    ranks of --tp; the speculative decoder's draft engine (engine/speculative) is the one other place."""
-    allowed = {"pocketcli/engine_factory.py", "pocketcli/engine/speculative/__init__.py"}
+    ranks of --tp and builds the draft engine of --spec draft (EngineConfig.draft_config)."""
+    allowed = {"pocketcli/engine_factory.py"}
     found = set()
     for path in [*ROOT.glob("pocketcli/**/*.py"), *ROOT.glob("tui/**/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "LLMEngine":
                 found.add(str(path.relative_to(ROOT)))
-    assert found <= allowed and "pocketcli/engine_factory.py" in found
+    assert found == allowed
+
+
+def test_the_draft_engine_config_follows_the_target():
+    config = EngineConfig("target.gguf", ctx_size=0, max_num_seqs=3, block_size=8, backend="reference",
+                          spec="draft", draft_model_path="draft.gguf", spec_k=5, kv_type="q8_0", tp_size=2)
+    draft = config.draft_config(max_model_len=384)
+    assert (draft.model_path, draft.ctx_size, draft.max_num_seqs, draft.block_size, draft.backend, draft.kv_type) == (
+        "draft.gguf", 384, 3, 8, "reference", "q8_0")
+    assert (draft.spec, draft.tp_size, draft.enable_prefix_caching) == (None, 1, False)

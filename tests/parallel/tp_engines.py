@@ -5,16 +5,16 @@ import numpy as np
 
 from kernels_numba.cpu.matvec.dispatch import USE_INT8_DOT
 
+from pocketcli import engine_factory
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
-from pocketcli.parallel import make_rank_group
 from pocketcli.sampling_params import SamplingParams
 
 
 def make_engine(path, tp_size: int, **config) -> LLMEngine:
-    return LLMEngine(EngineConfig(model_path=str(path), ctx_size=config.pop("ctx_size", 128), tp_size=tp_size,
-                                  max_num_seqs=config.pop("max_num_seqs", 2), **config),
-                     rank_group_factory=make_rank_group)
+    return engine_factory.make_engine(EngineConfig(model_path=str(path), ctx_size=config.pop("ctx_size", 128),
+                                                   tp_size=tp_size, max_num_seqs=config.pop("max_num_seqs", 2),
+                                                   **config))
 
 
 def greedy_batch(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:

@@ -4,6 +4,7 @@ import pytest
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
 from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.engine_factory import make_engine
 from pocketcli.engine.speculative import VocabularyMismatchError
 from pocketcli.registry import resolve_model
 from pocketcli.sampling_params import SamplingParams
@@ -33,8 +34,8 @@ def baseline(model_path):
 @pytest.mark.parametrize("spec", ["ngram", "draft"])
 def test_default_model_speculation_matches_plain_greedy(model_path, baseline, spec):
     ids, expected = baseline
-    engine = LLMEngine(EngineConfig(model_path, ctx_size=128, spec=spec, spec_k=4,
-                                    draft_model_path=model_path if spec == "draft" else None))
+    engine = make_engine(EngineConfig(model_path, ctx_size=128, spec=spec, spec_k=4,
+                                      draft_model_path=model_path if spec == "draft" else None))
     assert greedy(engine, ids) == expected
     assert engine.speculative.stats.num_accepted_tokens > 0
 
@@ -42,4 +43,4 @@ def test_default_model_speculation_matches_plain_greedy(model_path, baseline, sp
 def test_draft_model_with_another_vocabulary_is_refused(model_path, tmp_path):
     tiny = write_tiny_model(tmp_path / "tiny.gguf", "llama")
     with pytest.raises(VocabularyMismatchError, match="vocabulary"):
-        LLMEngine(EngineConfig(str(tiny), ctx_size=64, spec="draft", draft_model_path=model_path))
+        make_engine(EngineConfig(str(tiny), ctx_size=64, spec="draft", draft_model_path=model_path))

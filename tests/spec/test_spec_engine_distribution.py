@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pocketcli.config import EngineConfig
+from pocketcli import engine_factory
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.engine.speculative import speculative_decoder
 from pocketcli.engine.speculative.rejection_sampler import sampling_probs
@@ -29,7 +30,8 @@ def paths(tmp_path_factory):
 
 
 def make_engine(path, **spec) -> LLMEngine:
-    return LLMEngine(EngineConfig(path, ctx_size=16, block_size=4, max_num_seqs=32, backend="reference", **spec))
+    return engine_factory.make_engine(EngineConfig(path, ctx_size=16, block_size=4, max_num_seqs=32,
+                                                   backend="reference", **spec))
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ import pytest
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.engine_factory import make_engine
 from pocketcli.engine.speculative.speculative_decoder import share_token_budget
 from pocketcli.sampling_params import SamplingParams
 from tests.models.tiny_gguf import write_tiny_model
@@ -35,7 +36,7 @@ def run_all(engine, prompts, max_tokens):
 def test_drafts_stay_within_the_step_token_budget(target):
     limits = dict(ctx_size=256, block_size=4, max_num_seqs=3, max_num_batched_tokens=7)
     expected, _ = run_all(LLMEngine(EngineConfig(target, **limits)), PROMPTS, 24)
-    engine = LLMEngine(EngineConfig(target, spec="draft", draft_model_path=target, spec_k=6, **limits))
+    engine = make_engine(EngineConfig(target, spec="draft", draft_model_path=target, spec_k=6, **limits))
     engine.speculative.adaptive_k = None  # always ask for 6 drafts per sequence: 3 x (1 + 6) > 7
     completions, steps = run_all(engine, PROMPTS, 24)
     assert completions == expected
@@ -47,7 +48,7 @@ def test_drafts_stop_at_the_context_length(target):
     prompt = PROMPTS[0]  # 33 tokens, a context of 45: the last rounds must draft fewer than k tokens
     limits = dict(ctx_size=45, block_size=4)
     expected, _ = run_all(LLMEngine(EngineConfig(target, **limits)), [prompt], 32)
-    engine = LLMEngine(EngineConfig(target, spec="draft", draft_model_path=target, spec_k=5, **limits))
+    engine = make_engine(EngineConfig(target, spec="draft", draft_model_path=target, spec_k=5, **limits))
     engine.speculative.adaptive_k = None
     completions, steps = run_all(engine, [prompt], 32)
     assert completions == expected and len(prompt) + len(completions[0]) == 45

@@ -5,7 +5,7 @@ import pytest
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.generation import stream_generate
-from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.engine_factory import make_engine
 from pocketcli.engine.speculative import Draft, Drafter
 from pocketcli.sampling_params import SamplingParams
 from tests.models.tiny_gguf import write_tiny_model
@@ -31,7 +31,7 @@ def greedy(engine, prompt, n=32):
 
 
 def engine_for(path, **spec):
-    return LLMEngine(EngineConfig(path, ctx_size=256, block_size=4, **spec))
+    return make_engine(EngineConfig(path, ctx_size=256, block_size=4, **spec))
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,8 @@ def test_greedy_speculation_is_lossless(models, expected, spec):
 
 
 def test_several_sequences_speculate_in_one_verify_step(models, expected):
-    engine = LLMEngine(EngineConfig(models["target"], ctx_size=256, block_size=4, max_num_seqs=3,
-                                    spec="draft", draft_model_path=models["draft_q4"], spec_k=4))
+    engine = make_engine(EngineConfig(models["target"], ctx_size=256, block_size=4, max_num_seqs=3,
+                                      spec="draft", draft_model_path=models["draft_q4"], spec_k=4))
     seqs_with_drafts_per_step = []
     run = engine.runner.run
 

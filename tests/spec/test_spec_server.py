@@ -4,7 +4,7 @@ from fastapi.testclient import TestClient
 
 from pocketcli.config import EngineConfig
 from pocketcli.engine.engine_loop import EngineLoop
-from pocketcli.engine.llm_engine import LLMEngine
+from pocketcli.engine_factory import make_engine
 from pocketcli.server import make_app
 from tests.models.tiny_gguf import write_tiny_model
 
@@ -12,7 +12,7 @@ from tests.models.tiny_gguf import write_tiny_model
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     path = str(write_tiny_model(tmp_path_factory.mktemp("m") / "tiny.gguf", "llama"))
-    engine = LLMEngine(EngineConfig(path, ctx_size=256, max_num_seqs=2, spec="draft", draft_model_path=path))
+    engine = make_engine(EngineConfig(path, ctx_size=256, max_num_seqs=2, spec="draft", draft_model_path=path))
     loop = EngineLoop(engine).start()
     app = make_app(None, "tiny", None)
     app.state.server.attach(loop)

@@ -18,19 +18,20 @@ class SpeculationUnavailableError(ValueError):
 MTP_TENSOR_MARKERS = (".nextn.", "mtp.", "mtp_layers.")
 
 
-def make_speculative_decoder(engine) -> SpeculativeDecoder:
+def make_speculative_decoder(engine, draft_engine=None) -> SpeculativeDecoder:
     """The engine step's speculative stage; a drafter may read the engine's parts while it is built (the
-    target model, its KV layout), the stage itself keeps only the block manager and the limits."""
+    target model, its KV layout), the stage itself keeps only the block manager and the limits. draft_engine:
+    the draft model's engine for --spec draft, built by the engine factory (EngineConfig.draft_config)."""
     config = engine.config
-    return SpeculativeDecoder(make_drafter(engine, config.spec), config.spec_k, engine.block_manager,
+    return SpeculativeDecoder(make_drafter(engine, config.spec, draft_engine), config.spec_k, engine.block_manager,
                               engine.max_model_len, engine.scheduler.config.max_num_batched_tokens)
 
 
-def make_drafter(engine, method: str) -> Drafter:
+def make_drafter(engine, method: str, draft_engine=None) -> Drafter:
     if method == "ngram":
         return NgramDrafter()
     if method == "draft":
-        return make_draft_model_drafter(engine)
+        return make_draft_model_drafter(engine, draft_engine)
     if method == "mtp":
         return make_mtp_drafter(engine)
     if method == "dflash":
@@ -68,16 +69,9 @@ def make_dflash_drafter(engine) -> DFlashDrafter:
     return DFlashDrafter(DFlashModel(config, weights, engine.model))
 
 
-def make_draft_model_drafter(engine) -> DraftModelDrafter:
-    from ...config import EngineConfig
-    from ..llm_engine import LLMEngine  # the draft model runs on the same engine parts as the target
-
-    config = engine.config
-    draft_config = EngineConfig(model_path=config.draft_model_path, ctx_size=engine.max_model_len,
-                                max_num_seqs=config.max_num_seqs, block_size=config.block_size,
-                                backend=config.backend, enable_prefix_caching=False, kv_type=config.kv_type)
-    draft_engine = LLMEngine(draft_config)
-    check_same_vocabulary(engine, draft_engine, config.draft_model_path)
+def make_draft_model_drafter(engine, draft_engine) -> DraftModelDrafter:
+    """draft_engine: an engine of the draft model (the same engine parts as the target's)."""
+    check_same_vocabulary(engine, draft_engine, engine.config.draft_model_path)
     return DraftModelDrafter(draft_engine)
 
 
