@@ -1,9 +1,9 @@
-"""The chat screen's way to the engine. The session's EngineLoop owns the engine (its one thread loads models and
-steps replies); this client starts those jobs from the UI thread without waiting and reports back to the screen
-through messages. A reply's text is read on a short-lived reader thread that only forwards it."""
+"""The chat screen's way to the engine. The session's EngineLoop owns the engine (its one thread loads models,
+encodes prompts and steps replies); this client starts those jobs from the UI thread without waiting and reports
+back to the screen through messages. A reply streams into an async worker on the app's event loop (the engine
+thread puts each chunk there), so the app adds no thread of its own."""
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future
 
@@ -20,11 +20,10 @@ CHUNK_INTERVAL_S = 0.03  # coalesce tokens so a fast model does not flood the UI
 class EngineClient:
     def __init__(self, session: ChatSession):
         self.session = session
-        self.stop_reply = threading.Event()
-        self.closed = threading.Event()
-        self.target: MessagePump | None = None
+        self.stop_reply = False  # the flags are set and read on the UI thread only
+        self.closed = False
+        self.target: MessagePump | None = None  # the chat screen: it runs the reply workers
         self.compile_watch: CompileWatch | None = None
-        self.reader: threading.Thread | None = None
 
     # --- called from the UI thread -----------------------------------------------------------------------
     def open(self) -> None:
@@ -37,23 +36,21 @@ class EngineClient:
         self.session.start_loading(model).add_done_callback(lambda loaded: self._loaded(loaded, label))
 
     def generate(self) -> None:
-        self.stop_reply.clear()
-        self.reader = threading.Thread(target=self._generate, name="chat-reply-reader", daemon=True)
-        self.reader.start()
+        self.stop_reply = False
+        self.target.run_worker(self._stream_reply(), name="chat-reply", group="reply")
 
     def stop(self) -> None:
-        self.stop_reply.set()
+        self.stop_reply = True
 
     def close(self) -> None:
-        if self.closed.is_set():
+        if self.closed:
             return
-        self.stop_reply.set()
-        self.closed.set()
+        self.stop_reply = self.closed = True
         self.session.close()
         if self.compile_watch is not None:
             self.compile_watch.__exit__(None, None, None)
 
-    # --- the engine thread and the reader thread ---------------------------------------------------------
+    # --- other threads (the engine's, the compile watch's) and the reply worker ------------------------------
     def _post(self, message) -> None:
         if self.target is not None:
             self.target.post_message(message)
@@ -67,11 +64,10 @@ class EngineClient:
         else:
             self._post(ModelLoaded(self.session.model_label))
 
-    def _generate(self) -> None:
+    async def _stream_reply(self) -> None:
         pending, last_post = [], time.perf_counter()
         try:
-            for text in self.session.stream_reply(should_stop=lambda: self.stop_reply.is_set()
-                                                  or self.closed.is_set()):
+            async for text in self.session.astream_reply(should_stop=lambda: self.stop_reply or self.closed):
                 pending.append(text)
                 if time.perf_counter() - last_post >= CHUNK_INTERVAL_S:
                     self._post(ReplyChunk("".join(pending)))

@@ -1,9 +1,11 @@
 """One chat: a model, settings that apply to the next turn, the current conversation and its store.
-The engine lives in an EngineLoop (its own thread owns it); one thread at a time may call into a session."""
+The engine lives in an EngineLoop (its own thread owns it and is the only one to read it: the prompt of a reply is
+encoded there too); one thread at a time may call into a session."""
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -42,6 +44,35 @@ class ReplyStats:
         if not self.dropped_turns:
             return ""
         return f"context full: the oldest {self.dropped_turns} message(s) were left out of this reply's prompt"
+
+
+@dataclass
+class PendingReply:
+    """One reply while it streams: the user turn it answers, its engine request, its text so far and its stats."""
+    leaf: Turn
+    request: object  # engine_loop.Request
+    stats: ReplyStats
+    started: float = field(default_factory=time.perf_counter)
+    pieces: list[str] = field(default_factory=list)
+    finish_reason: str = "aborted"  # until the engine says otherwise
+
+    def add(self, chunk) -> str:
+        """Takes one GenerationChunk; returns its text."""
+        self.stats.completion_tokens += len(chunk.token_ids)
+        self.pieces.append(chunk.text)
+        if chunk.finish_reason:
+            self.finish_reason = chunk.finish_reason
+            if chunk.stats:
+                self.stats.decode_tokens_per_second = chunk.stats.decode_tokens_per_second
+                self.stats.spec_acceptance = chunk.stats.draft_acceptance
+        return chunk.text
+
+    def close(self) -> ReplyStats:
+        if self.finish_reason == "aborted" and self.stats.completion_tokens > 1:
+            elapsed_s = max(time.perf_counter() - self.started, 1e-9)
+            self.stats.decode_tokens_per_second = self.stats.completion_tokens / elapsed_s
+        self.stats.finish_reason = self.finish_reason
+        return self.stats
 
 
 @dataclass
@@ -88,16 +119,15 @@ class ChatSession:
         from ..registry import resolve_model
 
         engine = make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **self.engine_options))
-        warm_up(engine, CHAT_WARM_UP_TOKENS)  # inside the load's spinner: kernels load (or compile) now, not after Enter
+        warm_up(engine, CHAT_WARM_UP_TOKENS)  # in the load's spinner: kernels load (or compile) now, not after Enter
         self.chat_template = chat_template_or_none(engine)  # jinja2's import and compile: 0.16 s, once, not per turn
         self.model, self.context_used = model, 0
         return engine
 
-    def _wait_for_model(self) -> None:
-        if self.loading is not None and not self.loading.done():
-            self.loading.exception()  # waits; a failed load leaves the previous engine, if any
-        if self.engine is None:
-            self.load_model()
+    def _ensure_loading(self) -> None:
+        """A load is queued or an engine is in place; else (the first reply, or failed loads only) load now."""
+        if self.loop is None or (self.engine is None and self.loading.done()):
+            self.start_loading()
 
     def close(self) -> None:
         """Stops the engine thread (it ends its step first); the session cannot reply after this."""
@@ -186,44 +216,61 @@ class ChatSession:
         return turn
 
     def stream_reply(self, should_stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
-        """Yields the reply's text as it is decoded; the reply (partial if stopped) is stored and saved
-        when the stream ends, is stopped, or is closed by the caller."""
-        from ..engine.engine_loop import Request
-
-        self._wait_for_model()
-        leaf = self.conversation.path()[-1] if self.conversation.leaf_id else None
-        if leaf is None or leaf.role != "user":
-            raise ValueError("the last turn is not a user turn: nothing to reply to")
-        messages = self.conversation.messages()
-        num_messages = len(messages)
-        prompt_ids = self._encode(messages)
-        params = self.settings.sampling_params()
-        pieces, finish_reason = [], "aborted"
-        stats = ReplyStats(prompt_tokens=len(prompt_ids), dropped_turns=num_messages - len(messages))
-        started, spec_before = time.perf_counter(), spec_counts(self.engine)
-        chunks = self.loop.stream(Request(prompt_ids, params))
+        """Yields the reply's text as it is decoded (chat --plain waits on it); the reply (partial if stopped) is
+        stored and saved when the stream ends, is stopped, or is closed by the caller."""
+        reply = self.start_reply().result()
+        chunks = self.loop.stream(reply.request)
         try:
             for chunk in chunks:
-                stats.completion_tokens += len(chunk.token_ids)
-                pieces.append(chunk.text)
-                if chunk.finish_reason:
-                    finish_reason = chunk.finish_reason
-                    if chunk.stats:
-                        stats.decode_tokens_per_second = chunk.stats.decode_tokens_per_second
-                if chunk.text:
-                    yield chunk.text
+                if text := reply.add(chunk):
+                    yield text
                 if should_stop():
                     break
         finally:
             chunks.close()  # aborts the request if we stopped early
-            if finish_reason == "aborted" and stats.completion_tokens > 1:
-                stats.decode_tokens_per_second = stats.completion_tokens / max(time.perf_counter() - started, 1e-9)
-            stats.finish_reason = finish_reason
-            stats.spec_acceptance = spec_acceptance(spec_before, spec_counts(self.engine))
-            self.last_stats = stats
-            self.context_used = stats.prompt_tokens + stats.completion_tokens
-            self.conversation.add("assistant", "".join(pieces), parent_id=leaf.id, finish_reason=finish_reason)
-            self._autosave()
+            self._end_reply(reply)
+
+    async def astream_reply(self, should_stop: Callable[[], bool] = lambda: False) -> AsyncIterator[str]:
+        """stream_reply for the chat app, awaited on its event loop: no thread of its own waits for the engine."""
+        reply = await asyncio.wrap_future(self.start_reply())
+        chunks = self.loop.astream(reply.request)
+        try:
+            async for chunk in chunks:
+                if text := reply.add(chunk):
+                    yield text
+                if should_stop():
+                    break
+        finally:
+            await chunks.aclose()  # aborts the request if we stopped early (returns at once)
+            self._end_reply(reply)
+
+    def start_reply(self) -> Future:
+        """Queues the reply's prompt on the engine thread (after a load under way) and returns at once; the future
+        holds the PendingReply to stream, or what kept it from starting."""
+        self._ensure_loading()
+        leaf = self.conversation.path()[-1] if self.conversation.leaf_id else None
+        if leaf is None or leaf.role != "user":
+            raise ValueError("the last turn is not a user turn: nothing to reply to")
+        messages, params = self.conversation.messages(), self.settings.sampling_params()
+        return self.loop.call(lambda: self._prepare_reply(leaf, messages, params))
+
+    def _prepare_reply(self, leaf: Turn, messages: list[dict], params: SamplingParams) -> PendingReply:
+        """On the engine thread: the prompt ids (the oldest turns dropped while it does not fit)."""
+        from ..engine.engine_loop import Request
+
+        if self.engine is None:  # the loads queued before this all failed
+            raise self.loading.exception() or RuntimeError("no model is loaded")
+        num_messages = len(messages)
+        prompt_ids = self._encode(messages)
+        stats = ReplyStats(prompt_tokens=len(prompt_ids), dropped_turns=num_messages - len(messages))
+        return PendingReply(leaf, Request(prompt_ids, params), stats)
+
+    def _end_reply(self, reply: PendingReply) -> None:
+        self.last_stats = reply.close()
+        self.context_used = self.last_stats.prompt_tokens + self.last_stats.completion_tokens
+        self.conversation.add("assistant", "".join(reply.pieces), parent_id=reply.leaf.id,
+                              finish_reason=reply.finish_reason)
+        self._autosave()
 
     def reply(self, text: str) -> str:
         self.send(text)
@@ -268,18 +315,6 @@ def chat_template_or_none(engine):
         return engine_chat_template(engine)
     except TokenizerError:
         return None
-
-
-def spec_counts(engine) -> tuple[int, int] | None:
-    """(drafted, accepted) tokens of the engine's speculative decoder so far; None when it has none."""
-    stats = getattr(getattr(engine, "speculative", None), "stats", None)
-    return None if stats is None else (stats.num_draft_tokens, stats.num_accepted_tokens)
-
-
-def spec_acceptance(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
-    if before is None or after is None or after[0] <= before[0]:
-        return None
-    return (after[1] - before[1]) / (after[0] - before[0])
 
 
 def slug(title: str) -> str:

@@ -4,18 +4,20 @@
 Callers `submit` a Request and get what it produces delivered to a sink (by default a queue.Queue they read):
 GenerationChunk objects (text delta, token ids, logprobs; the last one carries finish_reason and stats), an
 Exception if the request failed, and then `None`, which always ends the stream. `stream(request)` is the same as
-a generator for a caller that waits (generate, chat). `abort(request_id)` is safe from any thread: the engine thread
-frees the request's KV blocks before its next step. `load(make_engine)` builds an engine on the engine thread and
-puts it in place of the one before (chat's model switch); requests queued after it run on the new one. `call(job)`
-runs any other job there, in order with the rest.
+a generator for a caller that waits (generate, chat --plain); `astream(request)` for a caller on an asyncio event
+loop (the chat app): the engine thread puts each item on that loop, so no other thread waits or reads the engine.
+`abort(request_id)` is safe from any thread: the engine thread frees the request's KV blocks before its next step.
+`load(make_engine)` builds an engine on the engine thread and puts it in place of the one before (chat's model
+switch); requests queued after it run on the new one. `call(job)` runs any other job there, in order with the rest.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -98,17 +100,25 @@ class EngineLoop:
     def stream(self, request: Request) -> Iterator[GenerationChunk]:
         """The request's chunks as they come, for a caller that waits (an engine error is raised here). Closing the
         generator early, or a KeyboardInterrupt while it waits, aborts the request."""
-        out = self.submit(request)
-        done = False
+        out, item = self.submit(request), request
         try:
             while (item := out.get()) is not None:
-                if isinstance(item, Exception):
-                    done = True
-                    raise item
-                yield item
-            done = True
+                yield _chunk_or_raise(item)
         finally:
-            if not done:
+            if item is not None:  # left before the end (aborting a request that failed does nothing)
+                self.abort(request.request_id)
+
+    async def astream(self, request: Request) -> AsyncIterator[GenerationChunk]:
+        """stream() for a caller on an asyncio event loop: it awaits the chunks, which the engine thread puts on the
+        loop (call_soon_threadsafe). Closing it early, or cancelling its task, aborts the request."""
+        event_loop, items = asyncio.get_running_loop(), asyncio.Queue()
+        self.submit(request, lambda stream_item: event_loop.call_soon_threadsafe(items.put_nowait, stream_item))
+        item = request
+        try:
+            while (item := await items.get()) is not None:
+                yield _chunk_or_raise(item)
+        finally:
+            if item is not None:
                 self.abort(request.request_id)
 
     def call(self, job: Callable[[], object]) -> Future:
@@ -252,6 +262,12 @@ class EngineLoop:
                 self.engine.abort(tracked.stream.seq)
             _deliver(tracked.sink, exc)
             _deliver(tracked.sink, None)
+
+
+def _chunk_or_raise(item: GenerationChunk | Exception) -> GenerationChunk:
+    if isinstance(item, Exception):  # the engine's error for this request
+        raise item
+    return item
 
 
 def _deliver(sink: Sink, item: StreamItem) -> bool:

@@ -26,6 +26,14 @@ class GenerationStats:
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     prompt_seconds: float = 0.0  # time to first token (prefill + first sample)
     decode_seconds: float = 0.0
+    # speculative decoding while this request ran (the engine's drafts for every sequence; one request: its own)
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        """Accepted / drafted tokens; None without drafts."""
+        return self.num_accepted_draft_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
     def prompt_tokens_per_second(self) -> float:

@@ -19,6 +19,7 @@ class RequestStream:
         self.stats = GenerationStats(num_prompt_tokens=seq.num_prompt_tokens)
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
+        self.spec_at_start = spec_counts(engine)
 
     def process(self, output: StepOutput) -> GenerationChunk:
         """The chunk for one step output; a stop string finishes the sequence here (its text is cut)."""
@@ -48,3 +49,13 @@ class RequestStream:
         first = self.first_token_at or now
         self.stats.prompt_seconds = first - self.started
         self.stats.decode_seconds = now - first
+        spec_now = spec_counts(self.engine)
+        if spec_now is not None:
+            self.stats.num_draft_tokens = spec_now[0] - self.spec_at_start[0]
+            self.stats.num_accepted_draft_tokens = spec_now[1] - self.spec_at_start[1]
+
+
+def spec_counts(engine) -> tuple[int, int] | None:
+    """(drafted, accepted) tokens of the engine's speculative decoder so far; None when it has none."""
+    stats = getattr(getattr(engine, "speculative", None), "stats", None)
+    return None if stats is None else (stats.num_draft_tokens, stats.num_accepted_tokens)

@@ -126,6 +126,23 @@ def test_stream_yields_chunks_and_closing_it_aborts(loop):
         list(loop.stream(Request(list(range(1, 200)), GREEDY)))
 
 
+async def test_astream_awaits_the_chunks_on_the_event_loop_and_closing_it_aborts(loop):
+    """The chat app's way: the engine thread puts each chunk on this event loop; no other thread waits."""
+    threads_before = threading.active_count()
+    chunks = [chunk async for chunk in loop.astream(Request(prompt(loop), GREEDY))]
+    expected = list(loop.stream(Request(prompt(loop), GREEDY)))  # greedy: the same chunks
+    assert [(c.text, c.token_ids, c.finish_reason) for c in chunks] == [
+        (c.text, c.token_ids, c.finish_reason) for c in expected]
+    stream = loop.astream(Request(prompt(loop), SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True)))
+    await stream.__anext__()
+    await stream.aclose()  # a stopped reply, or the app's worker cancelled at quit
+    drain(loop.submit(Request(prompt(loop), GREEDY)))
+    assert loop.stats().num_running == 0 and loop.stats().num_blocks_used == 0
+    with pytest.raises(PromptTooLongError):
+        [chunk async for chunk in loop.astream(Request(list(range(1, 200)), GREEDY))]
+    assert threading.active_count() == threads_before
+
+
 def test_load_builds_the_engine_on_the_loop_thread_and_replaces_the_one_before():
     """Chat's model switch: the engine thread builds the new engine; a failed load leaves the previous one."""
     def build():

@@ -9,28 +9,27 @@ from tui.widgets.message_view import MessageView
 
 
 def record_chunks(monkeypatch, seconds_per_token=0.0):
-    """Every ReplyChunk the engine thread posts; each token of the engine's stream held seconds_per_token on that
-    thread first (chunks coalesce ~30 ms of tokens, so only a per-token delay bounds the rate)."""
+    """Every ReplyChunk the reply worker posts; each token of the engine's stream held seconds_per_token on the
+    engine thread first (chunks coalesce ~30 ms of tokens, so only a per-token delay bounds the rate)."""
     import time
 
-    from pocketcli.chat.session import ChatSession
+    from pocketcli.engine.request_stream import RequestStream
     from tui.engine_client import EngineClient
 
-    posted, original_post, original_stream = [], EngineClient._post, ChatSession.stream_reply
+    posted, original_post, original_process = [], EngineClient._post, RequestStream.process
 
     def record(self, message):
         if isinstance(message, ReplyChunk):
             posted.append(message.text)
         original_post(self, message)
 
-    def slow_stream(self, *args, **kwargs):
-        for text in original_stream(self, *args, **kwargs):
-            time.sleep(seconds_per_token)
-            yield text
+    def slow_process(self, output):
+        time.sleep(seconds_per_token)
+        return original_process(self, output)
 
     monkeypatch.setattr(EngineClient, "_post", record)
     if seconds_per_token:
-        monkeypatch.setattr(ChatSession, "stream_reply", slow_stream)
+        monkeypatch.setattr(RequestStream, "process", slow_process)
     return posted
 
 
@@ -189,14 +188,29 @@ async def test_slash_commands_settings_and_error_toast(tiny_model, data_dir, tmp
         assert views(screen)[-1][0] == "assistant" and views(screen)[-2] == ("user", "still works")
 
 
-async def test_the_sessions_engine_loop_owns_the_engine(tiny_model, data_dir):
-    """One owner thread: the app runs no engine thread of its own; quitting stops the session's EngineLoop."""
+async def test_the_sessions_engine_loop_owns_the_engine(tiny_model, data_dir, monkeypatch):
+    """One owner thread: the app runs no engine thread of its own and no reader thread per reply; the engine
+    thread encodes the prompt and steps the reply, the app's event loop awaits the chunks; quitting stops the
+    session's EngineLoop."""
+    import threading
+
+    from pocketcli.chat.session import ChatSession
+
+    engine_threads, original_encode = set(), ChatSession._encode
+    monkeypatch.setattr(ChatSession, "_encode", lambda self, messages: engine_threads.add(
+        threading.current_thread().name) or original_encode(self, messages))
     app = build(tiny_model, max_tokens=8)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(app, pilot)
         assert app.session.loop.is_alive and app.session.engine is app.session.loop.engine
         assert not [worker for worker in app.workers if worker.name == "engine"]
+        step = app.session.engine.step
+        app.session.engine.step = lambda: engine_threads.add(threading.current_thread().name) or step()
+        threads_before = {thread.name for thread in threading.enumerate()}
         await send(screen, pilot, "hello")
         assert views(screen)[-1][0] == "assistant"
+        assert engine_threads == {"engine-loop"}
+        new_threads = {thread.name for thread in threading.enumerate()} - threads_before
+        assert all(name.startswith("asyncio_") for name in new_threads), new_threads  # Textual's Markdown parser
     app.session.loop._thread.join(30)
     assert not app.session.loop.is_alive

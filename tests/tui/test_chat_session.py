@@ -85,10 +85,14 @@ def test_reply_that_fits_has_no_context_note(session):
 
 
 def test_spec_acceptance_of_one_reply():
-    from pocketcli.chat.session import spec_acceptance
+    """The engine thread counts a request's drafts (RequestStream); the reply's stats take its last chunk's."""
+    from pocketcli.chat.session import PendingReply, ReplyStats
+    from pocketcli.engine.outputs import GenerationChunk, GenerationStats
 
-    assert spec_acceptance((10, 5), (20, 13)) == 0.8  # this reply: 10 drafted, 8 accepted
-    assert spec_acceptance(None, None) is None and spec_acceptance((4, 2), (4, 2)) is None
+    reply = PendingReply(leaf=None, request=None, stats=ReplyStats())
+    reply.add(GenerationChunk("a", [1, 2], "stop", GenerationStats(num_draft_tokens=10, num_accepted_draft_tokens=8)))
+    assert reply.close().spec_acceptance == 0.8 and reply.stats.finish_reason == "stop"
+    assert GenerationStats().draft_acceptance is None  # no drafts: no figure
 
 
 def test_load_warms_the_kernels_and_compiles_the_template_once(tiny_model, data_dir, monkeypatch):
