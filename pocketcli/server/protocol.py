@@ -1,9 +1,9 @@
 """OpenAI request bodies (pydantic): field types and ranges are checked here, before the engine sees anything."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..flag_spec import api_default, api_defaults, api_fields
 from ..sampling_defaults import resolve_sampling
@@ -52,8 +52,9 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
-class SamplingFields(BaseModel):
-    """What chat and text completions share. Unknown fields are ignored, as the OpenAI API does."""
+class DeclaredSamplingFields(BaseModel):
+    """What chat and text completions share. Unknown fields are ignored, as the OpenAI API does. A sampling field
+    written here has the API's range; SamplingFields adds the rest of SamplingParams' request fields."""
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
@@ -89,6 +90,18 @@ class SamplingFields(BaseModel):
     @property
     def sets_max_tokens(self) -> bool:
         return bool({"max_tokens", "max_completion_tokens"} & self.model_fields_set)
+
+
+def generated_request_fields(declared: type[BaseModel]) -> dict[str, tuple]:
+    """A request field for each request field of SamplingParams that `declared` does not write out: its type and
+    API default from the dataclass, its range checked by SamplingParams (a 400 naming the field)."""
+    types = get_type_hints(SamplingParams)
+    return {name: (types[field], _default(field)) for name, field in REQUEST_FIELDS.items()
+            if name not in declared.model_fields}
+
+
+SamplingFields = create_model("SamplingFields", __base__=DeclaredSamplingFields,
+                              **generated_request_fields(DeclaredSamplingFields))
 
 
 def stop_strings(stop: str | list[str] | None) -> list[str]:

@@ -127,3 +127,20 @@ def test_the_draft_engine_config_follows_the_target():
     assert (draft.model_path, draft.ctx_size, draft.max_num_seqs, draft.block_size, draft.backend, draft.kv_type) == (
         "draft.gguf", 384, 3, 8, "reference", "q8_0")
     assert (draft.spec, draft.tp_size, draft.enable_prefix_caching) == (None, 1, False)
+
+
+def test_a_sampling_field_the_protocol_does_not_write_out_is_a_request_field():
+    """SamplingFields writes out the fields with the API's ranges; any other request field of SamplingParams is
+    added from the dataclass (type, API default), so a new sampling setting needs no edit in protocol.py."""
+    from pydantic import BaseModel
+
+    from pocketcli.server.protocol import DeclaredSamplingFields, SamplingFields, generated_request_fields
+
+    class WithoutMinP(BaseModel):
+        temperature: float = 1.0
+
+    generated = generated_request_fields(WithoutMinP)
+    assert generated["min_p"] == (float, 0.0) and generated["seed"] == (int | None, None)
+    assert "temperature" not in generated and "repeat_last_n" not in generated  # not an API field
+    assert set(SamplingFields.model_fields) >= set(api_fields(SamplingParams))
+    assert not generated_request_fields(DeclaredSamplingFields)  # today every one is written out, with its range

@@ -1,4 +1,5 @@
-"""A modal with the settings that apply to the next reply: system prompt and sampling."""
+"""A modal with the settings that apply to the next reply: the system prompt and every sampling setting
+(its fields are made from SamplingParams: setting_field.py)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -9,8 +10,7 @@ from textual.widgets import Button, Input, Label
 
 from pocketcli.chat.session import ChatSettings
 
-FIELDS = [("system", "System prompt", str), ("temperature", "Temperature", float), ("top_p", "Top-p", float),
-          ("top_k", "Top-k", int), ("min_p", "Min-p", float), ("max_tokens", "Max tokens", int)]
+from .setting_field import SETTING_FIELDS
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -24,9 +24,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         with Vertical(id="dialog"):
             yield Label("Settings (apply to the next reply)", id="title")
             with Grid(id="fields"):
-                for name, label, _ in FIELDS:
-                    yield Label(label)
-                    yield Input(str(getattr(self.settings, name)), id=name)
+                for field in SETTING_FIELDS:  # two to a row; the system prompt takes a row of its own
+                    yield Label(field.label).with_tooltip(field.help)
+                    yield Input(field.show(getattr(self.settings, field.name)), id=field.name, tooltip=field.help)
             with Horizontal(id="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
@@ -42,8 +42,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
 
     def action_save(self) -> None:
         try:
-            changes = {name: kind(self.query_one(f"#{name}", Input).value.strip())
-                       for name, _, kind in FIELDS}
+            changes = {field.name: field.parse(self.query_one(f"#{field.name}", Input).value)
+                       for field in SETTING_FIELDS}
             settings = self.settings.updated(**changes)
         except ValueError as exc:
             self.notify(f"invalid setting: {exc}", severity="error")
