@@ -86,6 +86,14 @@ def test_iterating_decodes_like_one_by_one(raw_strings):
     assert list(strings) == [raw.decode("utf-8", "replace") for raw in raw_strings]
 
 
+def test_iterating_in_chunks_decodes_each_chunk_its_own_way(monkeypatch):
+    """A chunk with invalid UTF-8 or a NUL goes one by one; the chunks around it still decode at once."""
+    monkeypatch.setattr("gguf_loader.string_array.ITER_CHUNK", 2)
+    raw_strings = [b"ok", b"", b"\xff", b"z", "日本".encode(), b"a\x00b", b"x" * 300]
+    strings, _ = read_string_array(memoryview(b"prefix" + length_prefixed(*raw_strings)), 6, len(raw_strings))
+    assert list(strings) == [raw.decode("utf-8", "replace") for raw in raw_strings]
+
+
 def test_indices_containing_finds_parts_within_strings():
     raw_strings = [b"<unused0>", b"un", b"used", b"unused", b"", b"x<unused12>", "ünused".encode()]
     strings, _ = read_string_array(memoryview(b"prefix" + length_prefixed(*raw_strings)), 6, len(raw_strings))
