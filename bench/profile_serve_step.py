@@ -2,6 +2,7 @@
 sampling (temperature 0.7, no top-k/top-p/min-p, a seed each), through the engine's own phases.
 
     python bench/profile_serve_step.py [-m MODEL] [--num-seqs 1 4 8] [-n STEPS] [--threads 1] [--greedy]
+                                       [--kv-type f16]
 
 Phases: schedule, prepare_inputs, forward, compute_logits, sample, postprocess, and stream (detokenisation and
 stop strings, what the EngineLoop does per output). Figures are the median over the steps of the calling thread's
@@ -21,7 +22,7 @@ import pocketcli  # noqa: F401  first: it keeps numpy's OpenBLAS single-threaded
 import numba
 import numpy as np
 
-from pocketcli.config import EngineConfig
+from pocketcli.config import DEFAULT_KV_TYPE, EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.engine.outputs import StepOutput
 from pocketcli.engine.request_stream import RequestStream
@@ -129,10 +130,11 @@ def main() -> None:
     parser.add_argument("-n", "--steps", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--greedy", action="store_true", help="temperature 0 instead of the server's 0.7")
+    parser.add_argument("--kv-type", default=DEFAULT_KV_TYPE, help="KV cache type (default: serve's)")
     args = parser.parse_args()
     numba.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(model_path=resolve_model(args.model), ctx_size=512,
-                                    max_num_seqs=max(args.num_seqs)))
+                                    max_num_seqs=max(args.num_seqs), kv_type=args.kv_type))
     engine.model.ops = TimedOps(engine.model.ops)
     for num_seqs in args.num_seqs:
         figures, op_figures = profile(engine, num_seqs, args.steps, args.greedy)

@@ -12,9 +12,10 @@ from kernels_numba.cpu.ir.vector_ir import load_vector, row_pointer
 KINDS_HERE = byte_dot.TARGET_KINDS
 
 
-def _lane_dot_kernel(kind, zero_point, num_lanes):
-    """njit (acc int32 [n, lanes], unsigned uint8 [n, 4 lanes], signed int8 [n, 4 lanes]) -> out int32 [n, lanes]
-    through the kind's lane dot."""
+def _lane_dot_kernel(kind, zero_point, num_lanes, num_slices=1, max_weight=None):
+    """njit (acc int32 [n, lanes], unsigned uint8 [n, slices * 4 lanes], signed int8 [same]) -> out int32 [n, lanes]
+    through the kind's lane dot (max_weight None), or its sum over num_slices slice pairs of weights up to
+    max_weight."""
     lanes_type, bytes_type = ir.VectorType(ir.IntType(32), num_lanes), ir.VectorType(ir.IntType(8), 4 * num_lanes)
 
     @intrinsic
@@ -24,8 +25,11 @@ def _lane_dot_kernel(kind, zero_point, num_lanes):
                         for array_type, array in zip(signature.args[:4], args[:4])]
             start = load_vector(builder, builder.bitcast(pointers[0], ir.IntType(8).as_pointer()), lanes_type,
                                 align=4)
-            u, s = (load_vector(builder, pointer, bytes_type) for pointer in pointers[1:3])
-            total = byte_dot.byte_dot(kind, zero_point).add(builder, start, u, s)
+            pairs = [tuple(load_vector(builder, builder.gep(pointer, [ir.IntType(64)(4 * num_lanes * j)]), bytes_type)
+                           for pointer in pointers[1:3]) for j in range(num_slices)]
+            dot = byte_dot.byte_dot(kind, zero_point)
+            total = dot.add(builder, start, *pairs[0]) if max_weight is None else dot.sum_slices(
+                builder, start, pairs, max_weight)
             builder.store(total, builder.bitcast(pointers[3], lanes_type.as_pointer()), align=4)
             return context.get_dummy_value()
         return types.void(acc, unsigned, signed, out, row), codegen
@@ -55,4 +59,24 @@ def test_lane_dots_match_numpy(kind, zero_point, num_lanes):
         expected -= zero_point * signed.astype(np.int64).reshape(n, num_lanes, 4).sum(axis=2)
     out = np.empty_like(acc)
     _lane_dot_kernel(kind, zero_point, num_lanes)(acc, unsigned, signed, out)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("kind", KINDS_HERE)
+@pytest.mark.parametrize("max_weight, zero_point", [(15, 8), (31, 16), (63, 32)])
+def test_slice_sums_hold_the_extremes(kind, max_weight, zero_point):
+    """A run's 8 slices summed at once (avx2: in 16-bit words before one vpmaddwd): the exact integers even where
+    every product is the largest of its sign (the word sums' worst case)."""
+    rng = np.random.default_rng(max_weight)
+    n, num_slices, num_lanes = 16, 8, 16
+    unsigned = rng.integers(0, max_weight + 1, (n, num_slices * 4 * num_lanes)).astype(np.uint8)
+    signed = rng.integers(-127, 128, (n, num_slices * 4 * num_lanes)).astype(np.int8)
+    unsigned[:2], signed[0], signed[1] = max_weight, 127, -127
+    acc = rng.integers(-10000, 10000, (n, num_lanes)).astype(np.int32)
+    products = (unsigned.astype(np.int64) * signed).reshape(n, num_slices, num_lanes, 4).sum(axis=(1, 3))
+    expected = acc + products
+    if not byte_dot.byte_dot(kind, zero_point).uses_starts:
+        expected -= zero_point * signed.astype(np.int64).reshape(n, num_slices, num_lanes, 4).sum(axis=(1, 3))
+    out = np.empty_like(acc)
+    _lane_dot_kernel(kind, zero_point, num_lanes, num_slices, max_weight)(acc, unsigned, signed, out)
     np.testing.assert_array_equal(out, expected)

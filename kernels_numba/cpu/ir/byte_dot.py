@@ -18,6 +18,11 @@ kernel must then not start its lanes from -128 * the x sums (`ByteDot.uses_start
 
 The x86 intrinsics are only ever emitted for a target that has them: the kind is read off numba's target machine
 (so a forced tier, NUMBA_CPU_NAME/NUMBA_CPU_FEATURES, is honoured), and the portable kind has no x86 IR at all.
+
+A dot over several slices of weights under 128 (`ByteDot.sum_slices`: a run of 32 values is 8 slices) need not pay a
+vpmaddwd per slice on AVX2: the vpmaddubsw words of up to 32767 // (2 * 127 * the largest weight) slices (4-bit
+weights: all 8; 5-bit: 4; 6-bit: 2) add in int16 without overflow, then one vpmaddwd widens them, the same integers
+with half the multiplies (the AVX2 dots' bottleneck; vpdpbusd needs no such trick).
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ VNNI512, AVXVNNI, AVX2, PORTABLE = "vnni512", "avxvnni", "avx2", "portable"
 KINDS = (VNNI512, AVXVNNI, AVX2, PORTABLE)
 LANE_BYTES = 4  # byte products summed into one int32 lane
 SIGNED_ZERO_POINT = 128  # weights stored as w + 128: the avx2 kind multiplies w itself
+MAX_X_QUANT = 127  # the largest |activation quant| (int8_dot.quantize_activations_into)
+MAX_WORD = 32767  # int16
 
 _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 _YMM_LANES = 8  # int32 lanes of a 256-bit register
@@ -106,14 +113,50 @@ def _vpdpbusd(builder, acc, unsigned_bytes, signed_bytes):
 
 def _pair_sums(builder, unsigned_bytes, signed_bytes):
     """vpmaddubsw then vpmaddwd with ones: the int32 sums of 4 byte products (no saturation: see the docstring)."""
+    return _word_sums(builder, _pair_words(builder, unsigned_bytes, signed_bytes))
+
+
+def _pair_words(builder, unsigned_bytes, signed_bytes):
+    """vpmaddubsw: int16 sums of byte product pairs (saturating; see the docstring)."""
     num_lanes = unsigned_bytes.type.count // LANE_BYTES
-    wide = num_lanes == _YMM_LANES
     words_type = ir.VectorType(_I16, 2 * num_lanes)
-    words = _call(builder, "llvm.x86.avx2.pmadd.ub.sw" if wide else "llvm.x86.ssse3.pmadd.ub.sw.128", words_type,
-                  [unsigned_bytes, signed_bytes])
-    ones = ir.Constant(words_type, [1] * words_type.count)
-    return _call(builder, "llvm.x86.avx2.pmadd.wd" if wide else "llvm.x86.sse2.pmadd.wd",
+    bytes_type = unsigned_bytes.type
+    name = "llvm.x86.avx2.pmadd.ub.sw" if num_lanes == _YMM_LANES else "llvm.x86.ssse3.pmadd.ub.sw.128"
+    return _call(builder, name, words_type, [builder.bitcast(unsigned_bytes, bytes_type),
+                                             builder.bitcast(signed_bytes, bytes_type)])
+
+
+def _word_sums(builder, words):
+    """vpmaddwd with ones: int32 lane i = word 2i + word 2i + 1."""
+    num_lanes = words.type.count // 2
+    ones = ir.Constant(words.type, [1] * words.type.count)
+    return _call(builder, "llvm.x86.avx2.pmadd.wd" if num_lanes == _YMM_LANES else "llvm.x86.sse2.pmadd.wd",
                  ir.VectorType(_I32, num_lanes), [words, ones])
+
+
+def _slices_per_word_sum(max_weight):
+    """How many slices' vpmaddubsw pair sums (each at most 2 * max_weight * 127 in size) add up in int16 words
+    without overflow: 8 for 4-bit weights, 4 for 5-bit, 2 for 6-bit, 1 (no gain) for bytes."""
+    return MAX_WORD // (2 * max_weight * MAX_X_QUANT)
+
+
+def _maddubs_slices(builder, acc, pairs, max_weight):
+    """acc + the lane dots of every (unsigned, signed) slice pair (one register each), the vpmaddubsw words of up to
+    _slices_per_word_sum(max_weight) slices added in int16 before one vpmaddwd: exact (no word can overflow or
+    saturate), and half the multiplies of a vpmaddwd per slice (the AVX2 dots' bottleneck)."""
+    parts = acc.type.count // _YMM_LANES
+    if parts > 1:  # wider than a register: piece by piece
+        split = [(_halves(builder, u, parts), _halves(builder, s, parts)) for u, s in pairs]
+        return _joined(builder, [_maddubs_slices(builder, acc_part, [(u[p], s[p]) for u, s in split], max_weight)
+                                 for p, acc_part in enumerate(_halves(builder, acc, parts))])
+    per_sum = max(1, _slices_per_word_sum(max_weight))
+    for first in range(0, len(pairs), per_sum):
+        words = None
+        for unsigned_bytes, signed_bytes in pairs[first:first + per_sum]:
+            pair_words = _pair_words(builder, unsigned_bytes, signed_bytes)
+            words = pair_words if words is None else builder.add(words, pair_words)
+        acc = builder.add(acc, _word_sums(builder, words))
+    return acc
 
 
 def _maddubs(builder, acc, unsigned_bytes, signed_bytes):
@@ -150,6 +193,18 @@ class ByteDot:
     kind: str
     add: Callable  # (builder, acc <n x i32>, unsigned <4n x i8>, signed <4n x i8>) -> acc + the lanes' dots
     uses_starts: bool  # whether the lanes must start from -zero_point * the x sums (false: the dot subtracts it)
+    # (builder, acc, [(unsigned, signed) slices], the weights' largest value) -> acc + every slice pair's lane
+    # dots, the same integers as `add` over the pairs; None: `add` one pair at a time
+    add_slices: Callable | None = None
+
+    def sum_slices(self, builder, acc, pairs, max_weight):
+        """acc + the lane dots of every (unsigned, signed) slice pair (exact integers, whatever the kind)."""
+        if self.add_slices is not None:
+            return self.add_slices(builder, acc, pairs, max_weight)
+        chains = [acc, ir.Constant(acc.type, None)]  # two dependency chains (latency)
+        for j, (unsigned_bytes, signed_bytes) in enumerate(pairs):
+            chains[j % 2] = self.add(builder, chains[j % 2], unsigned_bytes, signed_bytes)
+        return builder.add(chains[0], chains[1])
 
 
 def byte_dot(kind: str, zero_point: int) -> ByteDot:
@@ -163,7 +218,8 @@ def byte_dot(kind: str, zero_point: int) -> ByteDot:
         if zero_point == SIGNED_ZERO_POINT:
             return ByteDot(kind, lambda builder, *args: _in_registers(builder, *args, _YMM_LANES,
                                                                       _maddubs_signed_weights), False)
-        return ByteDot(kind, lambda builder, *args: _in_registers(builder, *args, _YMM_LANES, _maddubs), has_start)
+        return ByteDot(kind, lambda builder, *args: _in_registers(builder, *args, _YMM_LANES, _maddubs), has_start,
+                       _maddubs_slices)
     if kind == PORTABLE:
         return ByteDot(kind, _portable, has_start)
     raise ValueError(f"unknown byte dot kind {kind!r}; one of {', '.join(KINDS)}")

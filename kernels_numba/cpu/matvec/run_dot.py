@@ -247,6 +247,7 @@ class RunFormat:
     widths: tuple  # the group widths a row can have
     has_mins: bool = False  # Q4_K: values d * sc * q - dmin * m
     unpack_folded: Callable | None = None  # (builder, group pointer, 4 or 2) -> a folded group's GroupWeights
+    max_weight: int = 255  # the largest unsigned quant: how many slices' 16-bit products the avx2 dots may add
 
     @property
     def num_slices(self):
@@ -255,13 +256,14 @@ class RunFormat:
 
 RUN_FORMATS = {
     qt.R_Q5_0: RunFormat(32, ZERO_POINTS[qt.R_Q5_0], lambda width: 22 * width, _q5_0_group, (16, 8, 4, 2),
-                         unpack_folded=_q5_0_folded),
+                         unpack_folded=_q5_0_folded, max_weight=31),
     qt.R_Q4_0: RunFormat(32, ZERO_POINTS[qt.R_Q4_0], lambda width: 18 * width, _q4_0_group, (16, 8, 4, 2),
-                         unpack_folded=_q4_0_folded),
-    qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True),
-    qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,)),
+                         unpack_folded=_q4_0_folded, max_weight=15),
+    qt.R_Q4_K: RunFormat(32, ZERO_POINTS[qt.R_Q4_K], lambda width: 18 * width, _q4_k_group, (16, 8), True,
+                         max_weight=15),
+    qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,), max_weight=63),
     qt.R_Q4_1: RunFormat(32, ZERO_POINTS[qt.R_Q4_1], lambda width: 20 * width, _q4_1_group, (16, 8, 4, 2), True,
-                         unpack_folded=_q4_1_folded),
+                         unpack_folded=_q4_1_folded, max_weight=15),
     qt.R_Q8_0: RunFormat(32, ZERO_POINTS[qt.R_Q8_0], lambda width: 34 * width, _q8_0_group, (16, 8, 4, 2),
                          unpack_folded=_q8_0_folded),
 }
@@ -309,14 +311,11 @@ def _emit_row_range(run_format, num_tokens, lane_dot, context, builder, signatur
     return context.get_dummy_value()
 
 
-def _run_ints(builder, lane_dot, weights, x_values, starts, width):
-    """The width runs' integer dots (+ starts) of an unfolded group with one token's x slices at x_values, in
-    two dependency chains."""
-    chains = [starts, ir.Constant(_ints(width), None)]
-    for j, w_slice in enumerate(weights.slices):
-        x_slice = load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
-        chains[j % 2] = lane_dot.add(builder, chains[j % 2], w_slice, x_slice)
-    return builder.add(chains[0], chains[1])
+def _run_ints(builder, lane_dot, weights, x_values, starts, width, max_weight):
+    """The width runs' integer dots (+ starts) of an unfolded group with one token's x slices at x_values."""
+    x_slices = [load_vector(builder, builder.gep(x_values, [_I64(4 * width * j)]), _bytes(width))
+                for j in range(len(weights.slices))]
+    return lane_dot.sum_slices(builder, starts, list(zip(weights.slices, x_slices)), max_weight)
 
 
 def _add_products(builder, accumulator, a, b):
@@ -358,8 +357,8 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
                 lane_products = builder.fmul(lane_scales, _repeated(builder, x_scales))
                 builder.store(_fma(builder, lanes, lane_products, builder.load(acc)), acc)
             else:
-                run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width),
-                                          _floats(width))
+                run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width,
+                                                    run_format.max_weight), _floats(width))
                 _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
             if run_format.has_mins:
                 x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
