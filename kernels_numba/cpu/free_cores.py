@@ -24,7 +24,11 @@ STALE_AFTER_S = 2.0  # an average over a longer window (an idle pause) is not a 
 FREE_CORE_SLACK = 0.3  # others using under this many cores (daemons, tick rounding) leave a core free
 _STAT_IDLE_COLUMNS = (3, 4)  # idle, iowait: of user nice system idle iowait irq softirq steal (guest is in user)
 _STAT_NICE_COLUMN = 1  # processes with a positive nice value: they yield a core to us (a nice-19 task takes ~1.5%
-# of a core it shares with one at nice 0), so they leave it free unless we run niced ourselves
+# of a core it shares with one at nice 0), so they leave it free unless we run niced ourselves, or the kernel
+# schedules by autogroup (one per session, sched_autogroup_enabled): nice then only weighs inside a session, and
+# a nice-19 test of another session took ~half of a shared core from a nice-0 spinner (2-core EPYC: 0.41-0.50 of
+# it vs 0.49-0.73 alone and 0.49-0.69 beside the same spinner in our own session)
+_AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
 _STAT_COUNTED_COLUMNS = 8
 
 
@@ -85,7 +89,8 @@ def read_cpu_sample(cpus: set[int]) -> CpuSample | None:
     except OSError:
         return None
     own = os.times()
-    cores_busy_s = busy_seconds(stat_text, cpus, os.sysconf("SC_CLK_TCK"), niced_is_free=not runs_niced())
+    niced_is_free = not runs_niced() and not autogroups_enabled()
+    cores_busy_s = busy_seconds(stat_text, cpus, os.sysconf("SC_CLK_TCK"), niced_is_free=niced_is_free)
     return CpuSample(time.monotonic(), cores_busy_s, own.user + own.system, procs_running(stat_text))
 
 
@@ -94,6 +99,16 @@ def runs_niced() -> bool:
     try:
         return os.getpriority(os.PRIO_PROCESS, 0) > 0
     except (AttributeError, OSError):
+        return False
+
+
+def autogroups_enabled(switch_path: str = _AUTOGROUP_SWITCH) -> bool:
+    """The scheduler shares the CPU between sessions first (autogroups), so another session's niced processes take
+    as much as nice-0 ones."""
+    try:
+        with open(switch_path, encoding="ascii") as handle:
+            return handle.read().strip() == "1"
+    except OSError:
         return False
 
 

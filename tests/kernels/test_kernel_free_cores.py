@@ -36,6 +36,16 @@ def test_niced_processes_leave_their_cores_free_to_us():
     assert free_cores.runs_niced() is (os.getpriority(os.PRIO_PROCESS, 0) > 0)
 
 
+def test_autogroups_make_other_sessions_niced_processes_busy(tmp_path):
+    """With autogroups, nice weighs only inside a session: another session's nice-19 test takes half a core."""
+    switch = tmp_path / "sched_autogroup_enabled"
+    switch.write_text("1\n")
+    assert free_cores.autogroups_enabled(str(switch))
+    switch.write_text("0\n")
+    assert not free_cores.autogroups_enabled(str(switch))
+    assert not free_cores.autogroups_enabled(str(tmp_path / "absent"))
+
+
 @pytest.mark.parametrize("others, expected", [(0.0, 2), (0.2, 2), (0.5, 1), (1.0, 1), (2.0, 1), (3.5, 1)])
 def test_thread_count_for_free_cores_of_two(others, expected):
     assert threads_for_free_cores(2, others) == expected

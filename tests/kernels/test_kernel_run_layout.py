@@ -17,7 +17,7 @@ from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.matvec.int8_dot import quantize_activations
 from kernels_numba.cpu.matvec.run_dot import row_range_intrinsic
 from kernels_numba.cpu.matvec.run_layout import RUN_CODES, ZERO_POINTS, groups_of, repack, run_weights, supports
-from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_activations
+from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_activations, shared_spans
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
 from tests.kernels.resident_memory import resident_kib
@@ -142,6 +142,40 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
         expected = np.empty_like(out)
         dispatch.linear_into(dispatch.linear_kernel(code, num_tokens), data, x, expected)
         np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("num_tokens", [1, 3])
+@pytest.mark.parametrize("types_rows", [((QT.Q4_K, 256), (QT.Q4_K, 64), (QT.Q6_K, 64)),
+                                        ((QT.Q4_K, 192), (QT.Q4_K, 192)), ((QT.Q5_0, 320),)])
+def test_shared_run_region_gives_each_matvecs_bits(types_rows, num_tokens):
+    """Run-path mat-vecs of one input in one parallel region (the threads take spans of every matrix's rows, in
+    proportion to its bytes, from a shared counter): big enough to wake the pool, the same bits as one linear
+    each (the Llama-3.2-1B mix of q/k/v, gate/up, one alone)."""
+    rng = np.random.default_rng(num_tokens + len(types_rows))
+    weights = [random_weight(t, (rows, 1024), rng) for t, rows in types_rows]
+    codes, mats = zip(*(dispatch.cpu_operands(w) for w in weights))
+    assert all(dispatch.choose_path(code, num_tokens) == dispatch.RUN for code in codes)
+    x = rng.standard_normal((num_tokens, 1024)).astype(np.float32)
+    outs = tuple(np.full((num_tokens, m.shape[0]), np.nan, np.float32) for m in mats)
+    kernels = tuple(dispatch.linear_kernel(code, num_tokens) for code in codes)
+    dispatch.shared_input_linear_into(kernels, mats, 0, x, outs)
+    for kernel, data, out in zip(kernels, mats, outs):
+        expected = np.empty_like(out)
+        dispatch.linear_into(kernel, data, x, expected)
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_shared_spans_cover_each_matrix_once():
+    """Every row group of every matrix in exactly one span, spans in proportion to the matrices' bytes."""
+    mats = (np.zeros((2048, 1152), np.uint8), np.zeros((512, 1152), np.uint8), np.zeros((512, 1680), np.uint8),
+            np.zeros((6, 1152), np.uint8))
+    for first, count in ((0, 3), (1, 2), (3, 1), (0, 4)):
+        spans = shared_spans(mats, first, count, 2)
+        for m in range(count):
+            mine = spans[spans[:, 0] == m]
+            groups = -(-mats[first + m].shape[0] // 4)
+            assert mine[0, 1] == 0 and mine[-1, 2] == groups and (mine[1:, 1] == mine[:-1, 2]).all()
+    assert np.bincount(shared_spans(mats, 0, 3, 2)[:, 0]).tolist() == [10, 2, 4]
 
 
 KINDS_HERE = byte_dot.TARGET_KINDS

@@ -47,7 +47,8 @@ from kernels_numba.cpu.matvec.int8_dot import quantize_activations, round_activa
 from kernels_numba.cpu.matvec.int8_matvec import (INT8_CODES, groups_kernel, int8_matvec_into,
                                                   int8_matvec_quantized_into)
 from kernels_numba.cpu.matvec.matmul import TILE_BYTES, fused_kernel, matvec_into, untiled_matmul_into
-from kernels_numba.cpu.matvec.run_matvec import (run_activations, run_matvec_into, run_matvec_regrouped_into,
+from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, run_activations, run_matvec_into,
+                                                 run_matvec_regrouped_into, run_matvecs_regrouped_into,
                                                  run_rows_kernels)
 from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, use_threads
@@ -213,12 +214,16 @@ def shared_input_linear_into(kernels, mats, first, x, outs):
 
 @njit(cache=True)
 def _shared_quantized_input_into(kernels, mats, first, x, outs):
-    is_quantized = False
+    is_quantized, is_all_run = False, len(outs) <= MAX_SHARED_MATS
     for i in range(len(outs)):
         path = kernels[first + i][0]
         is_quantized = is_quantized or path == RUN or path == INT8 or path == AMX
+        is_all_run = is_all_run and path == RUN
     quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
     quants, scales = quantized[0], quantized[1]
+    if is_all_run:  # one parallel region for all of them
+        _shared_run_into(kernels, mats, first, quants, scales, outs)
+        return
     regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
     regrouped = run_activations(qt.R_Q5_0, quants[:0], scales[:0])
     for i in range(len(outs)):
@@ -232,6 +237,18 @@ def _shared_quantized_input_into(kernels, mats, first, x, outs):
             int8_matvec_quantized_into(handles, code, data, quantized, outs[i])
         else:
             linear_into(kernels[first + i], data, x, outs[i])
+
+
+@njit(cache=True)
+def _shared_run_into(kernels, mats, first, quants, scales, outs):
+    """The run path's mat-vecs of one 8-bit input: regrouped once per run code, then run_matvecs_regrouped_into."""
+    count = len(outs)
+    codes = [kernels[first + min(m, count - 1)][1] for m in range(MAX_SHARED_MATS)]
+    xr0 = run_activations(codes[0], quants, scales)
+    xr1 = xr0 if codes[1] == codes[0] else run_activations(codes[1], quants, scales)
+    xr2 = xr1 if codes[2] == codes[1] else (xr0 if codes[2] == codes[0] else run_activations(codes[2], quants,
+                                                                                              scales))
+    run_matvecs_regrouped_into(kernels, mats, first, (xr0, xr1, xr2), padded_to_shared(outs, outs[0]), count)
 
 
 @dataclass(frozen=True, order=True)

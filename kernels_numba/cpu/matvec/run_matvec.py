@@ -3,7 +3,11 @@ tokens.
 
 x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
 slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
-(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split across threads.
+(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split into spans (8 a
+thread) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a thread that loses its
+core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up) run in one parallel
+region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5 regions a decode layer
+instead of 8.
 Tokens go in passes of 8, 4, 2 and 1, each pass one row at a time inside the IR (run_dot.row_range_intrinsic: the
 token pointers once per call). A decode batch (under SPAN_PASS_TOKENS) runs each pass over a thread's whole span
 of rows; longer inputs (prefill chunks) run them group by group, the row bytes staying in L1 between passes. A
@@ -16,11 +20,13 @@ the group path too, 20-37 tokens 0.99-1.10x.
 """
 import numpy as np
 from numba import njit, prange, types
+from numba.extending import overload
 
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
 from kernels_numba.cpu.matvec.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
-from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, chunk_span, pool_threads
+from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, chunk_span, pool_threads
+from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
 from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.matvec.leaf_types import OUT_TYPE, WEIGHTS_TYPE
 from kernels_numba.cpu.matvec.run_dot import run_row_range
@@ -142,12 +148,21 @@ def _groups_into(rows, code, data, xr, out, first_group, stop_group):
                          first_token, stop_token, 0)
 
 
+CLAIMED_SPANS_PER_THREAD = 8  # spans of rows a thread takes, one at a time, from a region's shared counter
+
+
 @njit(cache=True, parallel=True)
-def _parallel_into(rows, code, data, xr, out, chunks):
+def _parallel_into(rows, code, data, xr, out, chunks, workers):
+    """The row groups in `chunks` spans, each of `workers` threads taking the next span until none is left
+    (atomic_counter)."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    for chunk in prange(chunks):
-        first, stop = chunk_span(chunk, chunks, num_groups)
-        _groups_into(rows, code, data, xr, out, first, stop)
+    counter = new_counter()
+    for worker in prange(workers):
+        chunk = claim_next(counter)
+        while chunk < chunks:
+            first, stop = chunk_span(chunk, chunks, num_groups)
+            _groups_into(rows, code, data, xr, out, first, stop)
+            chunk = claim_next(counter)
 
 
 @njit(cache=True)
@@ -166,6 +181,95 @@ def run_matvec_regrouped_into(rows, code, data, xr, out):
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:
-        _parallel_into(rows, code, data, xr, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
+        chunks = max(1, min(num_groups, CLAIMED_SPANS_PER_THREAD * threads))
+        _parallel_into(rows, code, data, xr, out, chunks, min(chunks, threads))
     else:
         _groups_into(rows, code, data, xr, out, 0, num_groups)
+
+
+MAX_SHARED_MATS = 3  # q/k/v; gate/up pass 2
+
+
+@njit(cache=True)
+def shared_spans(mats, first, count, threads):
+    """int64 [spans, 3]: (matrix m, first group, stop group) spans of the row groups of mats[first + m], m < count,
+    about CLAIMED_SPANS_PER_THREAD a thread in all, each matrix's share of them in proportion to its bytes."""
+    total_bytes = 0
+    for m in range(count):
+        total_bytes += mats[first + m].size
+    counts = np.zeros(count, dtype=np.int64)
+    for m in range(count):
+        data = mats[first + m]
+        num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+        share = (CLAIMED_SPANS_PER_THREAD * threads * data.size + total_bytes // 2) // max(1, total_bytes)
+        counts[m] = min(num_groups, max(1, share)) if num_groups else 0
+    spans = np.empty((counts.sum(), 3), dtype=np.int64)
+    row = 0
+    for m in range(count):
+        data = mats[first + m]
+        num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+        for span in range(counts[m]):
+            spans[row, 0] = m
+            spans[row, 1], spans[row, 2] = chunk_span(span, counts[m], num_groups)
+            row += 1
+    return spans
+
+
+@njit(cache=True, parallel=True)
+def _shared_parallel_into(rows, codes, mats, first, xr0, xr1, xr2, outs, spans, workers):
+    """rows: int64 [MAX_SHARED_MATS, 4, 2] leaf handles, codes: int64 [MAX_SHARED_MATS], xr0..2 each matrix's
+    activations (a parallel loop's body takes no tuples of tuples, nor tuples mixing numbers and arrays)."""
+    counter = new_counter()
+    for worker in prange(workers):
+        span = claim_next(counter)
+        while span < spans.shape[0]:
+            m = spans[span, 0]
+            xr = xr0 if m == 0 else (xr1 if m == 1 else xr2)
+            _groups_into(rows[m], codes[m], mats[first + m], xr, outs[m], spans[span, 1], spans[span, 2])
+            span = claim_next(counter)
+
+
+@njit(cache=True)
+def run_matvecs_regrouped_into(kernels, mats, first, xrs, outs, count):
+    """outs[m] = x @ mats[first + m].T for m < count (<= MAX_SHARED_MATS), every kernels[first + m] a run path
+    kernel (path, code, leaf handles), xrs[m] x in that code's layout; outs and xrs padded to MAX_SHARED_MATS (the
+    padding is not read). One parallel region for all: the threads take spans of every matrix's rows, in
+    proportion to its bytes, until none is left. The same bits as run_matvec_regrouped_into of each."""
+    n, k = xrs[0][0].shape
+    threads = pool_threads()
+    num_rows = 0
+    for m in range(count):
+        num_rows += mats[first + m].shape[0]
+    if threads > 1 and num_rows * k * n >= PARALLEL_MIN_WORK:
+        spans = shared_spans(mats, first, count, threads)
+        leaves = np.empty((MAX_SHARED_MATS, len(PASS_TOKENS), 2), dtype=np.int64)
+        codes = np.empty(MAX_SHARED_MATS, dtype=np.int64)
+        for m in range(MAX_SHARED_MATS):
+            _, code, handles = kernels[first + min(m, count - 1)]
+            leaves[m], codes[m] = handles, code
+        _shared_parallel_into(leaves, codes, mats, first, xrs[0], xrs[1], xrs[2], outs, spans,
+                              min(spans.shape[0], threads))
+        return
+    for m in range(count):
+        _, code, handles = kernels[first + m]
+        run_matvec_regrouped_into(handles, code, mats[first + m], xrs[m], outs[m])
+
+
+def padded_to_shared(items, filler):
+    """items (a tuple of 1..MAX_SHARED_MATS) + filler up to MAX_SHARED_MATS: one compiled region for 2 and 3 (a
+    longer tuple: its first MAX_SHARED_MATS)."""
+    return tuple(items) + (filler,) * (MAX_SHARED_MATS - len(items))
+
+
+@overload(padded_to_shared)
+def _padded_to_shared(items, filler):
+    count = len(items.types) if isinstance(items, types.BaseTuple) else None
+    if count == 3:
+        return lambda items, filler: items
+    if count is not None and count > 3:  # callers send these elsewhere; typed all the same
+        return lambda items, filler: (items[0], items[1], items[2])
+    if count == 2:
+        return lambda items, filler: (items[0], items[1], filler)
+    if count == 1:
+        return lambda items, filler: (items[0], filler, filler)
+    return None
