@@ -12,3 +12,9 @@ os.environ.setdefault("POCKET_RUN_LAYOUT_CACHE_MB", "0")
 # numba's CPU name and features come from the CPU tier (kernels_numba/cpu_tier.py), set when kernels_numba is
 # imported: before any test module can compile with numba
 import kernels_numba  # noqa: E402,F401
+
+# the README's test line runs the suite in two pytest-xdist workers: two processes saving compiles of one kernel
+# into numba's cache could otherwise leave an index naming the other's code (pocketcli/cache_save_lock.py)
+from pocketcli.cache_save_lock import lock_cache_saves  # noqa: E402
+
+lock_cache_saves()
