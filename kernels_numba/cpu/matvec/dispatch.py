@@ -221,8 +221,10 @@ def _shared_quantized_input_into(kernels, mats, first, x, outs):
         is_all_run = is_all_run and path == RUN
     quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
     quants, scales = quantized[0], quantized[1]
-    if is_all_run:  # one parallel region for all of them
-        _shared_run_into(kernels, mats, first, quants, scales, outs)
+    if is_all_run:  # one parallel region for all of them; first and count as plain int64 (the decode layer
+        # passes literals) and outs padded: one compile for q/k/v and gate/up
+        _shared_run_into(kernels, mats, np.int64(first), quants, scales, padded_to_shared(outs, outs[0]),
+                         np.int64(len(outs)))
         return
     regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
     regrouped = run_activations(qt.R_Q5_0, quants[:0], scales[:0])
@@ -240,15 +242,14 @@ def _shared_quantized_input_into(kernels, mats, first, x, outs):
 
 
 @njit(cache=True)
-def _shared_run_into(kernels, mats, first, quants, scales, outs):
-    """The run path's mat-vecs of one 8-bit input: regrouped once per run code, then run_matvecs_regrouped_into."""
-    count = len(outs)
-    codes = [kernels[first + min(m, count - 1)][1] for m in range(MAX_SHARED_MATS)]
-    xr0 = run_activations(codes[0], quants, scales)
-    xr1 = xr0 if codes[1] == codes[0] else run_activations(codes[1], quants, scales)
-    xr2 = xr1 if codes[2] == codes[1] else (xr0 if codes[2] == codes[0] else run_activations(codes[2], quants,
-                                                                                              scales))
-    run_matvecs_regrouped_into(kernels, mats, first, (xr0, xr1, xr2), padded_to_shared(outs, outs[0]), count)
+def _shared_run_into(kernels, mats, first, quants, scales, outs, count):
+    """The run path's mat-vecs of one 8-bit input into outs[:count]: regrouped once per run code, then
+    run_matvecs_regrouped_into."""
+    code0, code1, code2 = kernels[first][1], kernels[first + min(1, count - 1)][1], kernels[first + count - 1][1]
+    xr0 = run_activations(code0, quants, scales)
+    xr1 = xr0 if code1 == code0 else run_activations(code1, quants, scales)
+    xr2 = xr1 if code2 == code1 else (xr0 if code2 == code0 else run_activations(code2, quants, scales))
+    run_matvecs_regrouped_into(kernels, mats, first, (xr0, xr1, xr2), outs, count)
 
 
 @dataclass(frozen=True, order=True)

@@ -244,9 +244,11 @@ def run_matvecs_regrouped_into(kernels, mats, first, xrs, outs, count):
         spans = shared_spans(mats, first, count, threads)
         leaves = np.empty((MAX_SHARED_MATS, len(PASS_TOKENS), 2), dtype=np.int64)
         codes = np.empty(MAX_SHARED_MATS, dtype=np.int64)
-        for m in range(MAX_SHARED_MATS):
-            _, code, handles = kernels[first + min(m, count - 1)]
-            leaves[m], codes[m] = handles, code
+        for m in range(MAX_SHARED_MATS):  # element by element: an array assignment compiles its shape error
+            _, code, handles = kernels[first + min(m, count - 1)]  # message (~7 s of numba's string code)
+            codes[m] = code
+            for i in range(len(PASS_TOKENS)):
+                leaves[m, i, 0], leaves[m, i, 1] = handles[i, 0], handles[i, 1]
         _shared_parallel_into(leaves, codes, mats, first, xrs[0], xrs[1], xrs[2], outs, spans,
                               min(spans.shape[0], threads))
         return
