@@ -21,6 +21,9 @@ import numba
 
 CHECK_INTERVAL_S = 0.25  # /proc/stat is read at most this often (~0.1 ms a read, 0.04% of the time)
 STALE_AFTER_S = 2.0  # an average over a longer window (an idle pause) is not a guide to now
+BUSY_WINDOW_SHARE = 0.5  # ... unless we kept this share of a core busy through it: one long step (a 512-token
+# prefill, 3-6 s), after which procs_running counted our own OpenMP workers still spinning and halved the threads
+# of every long prompt (1B shape pp512 through pocket bench, 2 cores, load ~1: 62.9 tok/s vs 94.8 held at 2)
 FREE_CORE_SLACK = 0.3  # others using under this many cores (daemons, tick rounding) leave a core free
 _STAT_IDLE_COLUMNS = (3, 4)  # idle, iowait: of user nice system idle iowait irq softirq steal (guest is in user)
 _STAT_NICE_COLUMN = 1  # processes with a positive nice value: they yield a core to us (a nice-19 task takes ~1.5%
@@ -147,7 +150,10 @@ class FreeCoreThreads:
         return threads
 
     def _others_busy_cores(self, last: CpuSample | None, sample: CpuSample) -> float:
-        """Others' average use since `last` when that window is a fair guide to now, else their runnable tasks."""
-        if last is not None and self._interval_s / 2 <= sample.wall_s - last.wall_s <= STALE_AFTER_S:
-            return last.others_busy_cores(sample)
+        """Others' average use since `last` when that window is a fair guide to now (short, or a long step of ours:
+        we kept half a core busy through it), else their runnable tasks (after an idle pause)."""
+        if last is not None and sample.wall_s - last.wall_s >= self._interval_s / 2:
+            elapsed = sample.wall_s - last.wall_s
+            if elapsed <= STALE_AFTER_S or sample.own_cpu_s - last.own_cpu_s >= BUSY_WINDOW_SHARE * elapsed:
+                return last.others_busy_cores(sample)
         return float(sample.others_runnable())

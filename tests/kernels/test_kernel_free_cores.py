@@ -122,6 +122,23 @@ def test_follows_the_free_cores_and_reads_at_most_once_an_interval():
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs a pool of 2 threads")
+def test_a_long_step_of_ours_is_not_a_pause():
+    """A 5 s prefill step on both cores: its window's average decides, not procs_running (which counts our own
+    workers still spinning after the step)."""
+    def body():
+        machine = FakeMachine()
+        policy = FreeCoreThreads(2, cpus={0, 1}, read_sample=machine.read, interval_s=0.25, clock=lambda: machine.now)
+        numba.set_num_threads(2)
+        machine.advance(0.3)
+        assert policy.adjust() == 2
+        machine.own_busy, machine.runnable = 2.0, 3
+        machine.advance(5.0)
+        assert policy.adjust() == 2
+
+    _in_a_fresh_thread(body)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs a pool of 2 threads")
 def test_after_a_pause_or_at_once_goes_by_the_tasks_runnable_now():
     """A server idle for a minute while a build started a second ago: the minute's average says 'free', the
     runnable tasks say 'busy'. A policy made just before its first step has no window yet: the same rule."""
