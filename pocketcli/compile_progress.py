@@ -79,11 +79,15 @@ class CompileBurst:
 
 class CompileWatch:
     """While open (a `with` block), reports each burst of compiles to on_progress: every tick_s while it lasts,
-    then once with is_done. on_progress runs on the watch's own thread, never under numba's compiler lock."""
+    then once with is_done. on_progress runs on the watch's own thread, never under numba's compiler lock.
+    progress_before (kernels, seconds) carries on a count that earlier processes started (commands/first_run.py):
+    the first burst starts from it, as if it began that many seconds before the watch opened."""
 
     def __init__(self, on_progress: Callable[[CompileProgress], None], expected_total: int | None = None,
-                 tick_s: float = TICK_S, quiet_s: float = QUIET_S):
+                 tick_s: float = TICK_S, quiet_s: float = QUIET_S, progress_before: tuple[int, float] = (0, 0.0)):
         self.on_progress = on_progress
+        self.opened_at = time.perf_counter()
+        self.progress_before = progress_before
         self.expected_total = expected_total
         self.tick_s, self.quiet_s = tick_s, quiet_s
         self.lock = threading.Condition()
@@ -128,12 +132,22 @@ class CompileWatch:
             self.settle()
             yield "".join(held)
 
+    def progress_so_far(self) -> tuple[int, float]:
+        """(kernels compiled, seconds) of the burst under way, the count carried on from progress_before."""
+        with self.lock:
+            if self.burst is None:
+                return self.progress_before
+            return self.burst.num_compiled, time.perf_counter() - self.burst.started_at
+
     # --- the compiling thread, under numba's compiler lock ----------------------------------------------
     def _record(self, event: CompileEvent) -> None:
         now = time.perf_counter()
         with self.lock:
             if self.burst is None:
-                self.burst = CompileBurst(started_at=now, last_end_at=now)
+                num_before, seconds_before = self.progress_before
+                started_at = self.opened_at - seconds_before if num_before else now
+                self.burst = CompileBurst(started_at=started_at, last_end_at=now, num_compiled=num_before)
+                self.progress_before = (0, 0.0)
                 self.num_bursts_started += 1
                 self.lock.notify_all()
             self.burst.record(event, now)

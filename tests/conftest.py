@@ -8,6 +8,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # `pocket` commands run in-process keep regrouped weights in the user cache dir (run_layout_store.py): not from
 # tests, whose model files are temporary (the store's own tests point it at a temporary folder)
 os.environ.setdefault("POCKET_RUN_LAYOUT_CACHE_MB", "0")
+# a first run of a model compiles in child processes (pocketcli/commands/first_run.py): seconds per new model
+# file, which tests make by the dozen; tests/cli/test_first_run.py and test_warmup.py switch it back on
+os.environ.setdefault("POCKET_FIRST_RUN_CHILDREN", "0")
 
 # numba's CPU name and features come from the CPU tier (kernels_numba/cpu_tier.py), set when kernels_numba is
 # imported: before any test module can compile with numba

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import io
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -82,21 +86,33 @@ def speculative_stats(engine) -> dict:
 
 def generate(engine, prompt_ids: list[int], params: SamplingParams, compiles, show_text: bool) -> list:
     """The generation's chunks, the engine run by an EngineLoop (its thread owns it, as in chat and serve); with
-    show_text their text streams to stdout, held back while kernels compile (the progress line on stderr would cut
-    into it). Ctrl-C aborts the request and stops the loop."""
+    show_text their text streams to stdout, held back while kernels compile where stderr shares its terminal or file
+    (the progress line would cut into it). Ctrl-C aborts the request and stops the loop."""
     from ..engine.engine_loop import EngineLoop, Request
 
     chunks: list = []
     engine_loop = EngineLoop(engine, log_step_errors=False).start()  # an error ends the run as one line
     try:
         stream = engine_loop.stream(Request(prompt_ids, params))
-        for text in compiles.stream_after_compiles(stream_texts(stream, chunks)):
+        texts = stream_texts(stream, chunks)
+        for text in compiles.stream_after_compiles(texts) if shares_terminal_or_file() else texts:
             if show_text and text:
                 sys.stdout.write(text)
                 sys.stdout.flush()
     finally:
         engine_loop.stop()
     return chunks
+
+
+def shares_terminal_or_file() -> bool:
+    """stdout and stderr go to one place (a terminal, `2>&1`): text is then held back while kernels compile, or the
+    progress line would cut into it. Apart (a pipe), the first token goes out at once: a first run's decode
+    kernels compile right after it (commands/first_run.py) and would hold it back by ~30 s."""
+    try:
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # a capture in tests: hold, as before
+        return True
+    return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
 
 
 def stream_texts(chunks: Iterable, seen: list) -> Iterator[str]:
@@ -106,11 +122,33 @@ def stream_texts(chunks: Iterable, seen: list) -> Iterator[str]:
         yield chunk.text
 
 
+REHEARSAL_TOKENS = 1  # a first run's rehearsal: up to its first token; the decode steps compile in the run itself
+
+
+def rehearse(args: argparse.Namespace, prompt: str | None) -> None:
+    """This run's request, cut to a few tokens, its output dropped: a first run does it in child processes
+    (pocketcli/commands/first_run.py), so that its kernels compile there and this process loads them from the cache."""
+    engine = make_engine(args)
+    params = make_sampling_params(args, engine.model_file.metadata)
+    params = dataclasses.replace(params, max_tokens=min(params.max_tokens, REHEARSAL_TOKENS))
+    engine.add_request(encode_prompt(engine, args, prompt), params)
+    while engine.has_unfinished():
+        engine.step()
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..compile_progress_line import report_compiles_to_stderr
+    from .first_run import compile_first_run_kernels
 
     make_sampling_params(args)  # bad flags fail before the model loads
     prompt = None if args.messages else read_prompt(args)
+    from ..registry import resolve_model
+
+    rehearsal = functools.partial(rehearse, args, prompt)
+    code = compile_first_run_kernels(args, resolve_model(args.model), rehearsal)  # a cold cache only
+    if code:
+        return code
+    from ..compile_progress_line import report_compiles_to_stderr
+
     with report_compiles_to_stderr() as compiles:  # kernels compile in the load and the first steps (cold cache)
         load_started = time.perf_counter()
         engine = make_engine(args)

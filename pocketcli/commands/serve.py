@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..server import make_app
+    from .first_run import compile_first_run_kernels
 
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
@@ -79,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     set_cpu_threads(args.threads)
     args.model = args.model or default_model(for_chat=True)  # the chat default: clients send chat messages
     config = make_engine_config(args)  # bad flags and unknown models fail here, before the port opens
+    code = compile_first_run_kernels(args, config.model_path, functools.partial(rehearse, config, args.threads))
+    if code:  # a cold cache: the load and its warm-up rehearsed in child processes (first_run.py)
+        return code
     app = make_app(None, served_model_name(args), args.api_key, tool_call_parser=args.tool_call_parser,
                    reasoning_parser=args.reasoning_parser, use_model_defaults=not args.no_model_defaults,
                    sampling_flags=sampling_flags(args))
@@ -104,6 +109,16 @@ def check_parsers(args: argparse.Namespace) -> None:
     if args.reasoning_parser is not None and args.reasoning_parser not in REASONING_PARSERS:
         raise UsageError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}, "
                          f"got {args.reasoning_parser!r}")
+
+
+def rehearse(config: EngineConfig, num_threads: int) -> None:
+    """load_engine's compiling part, in a first run's child processes (commands/first_run.py): the kernels the
+    load and the warm-up need go to numba's cache, and the server's own process loads them from there."""
+    from ..engine.warm_up import warm_up
+    from ..engine_factory import make_engine
+
+    set_cpu_threads(num_threads)
+    warm_up(make_engine(config))
 
 
 def load_engine(app, config: EngineConfig, server, num_threads: int = 0) -> None:

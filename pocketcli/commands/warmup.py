@@ -44,9 +44,21 @@ def run(args: argparse.Namespace) -> int:
         with pool:
             track(progress, "leaf kernels", leaf_compiles)
         warm_up_engine(args, progress)
+    leave_first_run_stamp(args)
     print(f"warm-up done in {time.perf_counter() - started:.1f} s (CPU tier {current_tier()}); "
           f"kernels cached in {numba_cache_dir()}")
     return 0
+
+
+def leave_first_run_stamp(args: argparse.Namespace) -> None:
+    """The model's kernels are cached now: its first `pocket generate` need not rehearse in children first
+    (pocketcli/commands/first_run.py)."""
+    from ..first_run_stamp import stamp_path, write_stamp
+    from ..registry import resolve_model
+
+    stamp = stamp_path(resolve_model(args.model))
+    if stamp is not None:
+        write_stamp(stamp)
 
 
 def make_progress():

@@ -1,0 +1,39 @@
+"""Rehearsals a first run's child process runs in tests/cli/test_first_run.py: importable there by name (the
+parent pickles them), three tiny kernels cached in NUMBA_CACHE_DIR."""
+import os
+import signal
+
+import numba
+
+from pocketcli.errors import UsageError
+
+
+@numba.njit(cache=True)
+def add_one(x):
+    return x + 1.0
+
+
+@numba.njit(cache=True)
+def add_two(x):
+    return x + 2.0
+
+
+@numba.njit(cache=True)
+def add_three(x):
+    return x + 3.0
+
+
+def compile_three() -> None:
+    assert add_three(add_two(add_one(0.0))) == 6.0
+
+
+def fail_as_bad_input() -> None:
+    raise UsageError("model file is not a GGUF")
+
+
+def interrupt() -> None:
+    os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends the whole process group
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer sends

@@ -1,0 +1,38 @@
+"""A first run compiles its kernels in child processes (pocketcli/commands/first_run.py): a child stops itself
+after its share of compiles and the next goes on from the cache; a child's error, a Ctrl-C or a killed child ends
+the command in one line; the stamp is left only once a child completed. Three tiny kernels, ~1 s a child."""
+import pytest
+
+from pocketcli.commands.first_run import run_children
+from tests.cli import first_run_rehearsals
+
+
+@pytest.fixture
+def stamp(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    return tmp_path / "numba" / "pocket_first_run" / "model.done"
+
+
+def test_children_take_turns_and_the_count_carries_on(stamp, capfd):
+    assert run_children(first_run_rehearsals.compile_three, stamp, compiles_per_child=1) == 0
+    err = capfd.readouterr().err
+    assert stamp.exists()
+    assert err.startswith("first run: compiling the CPU kernels")
+    assert err.splitlines()[-1].startswith("compiled 3 kernels in ")  # the third child, counting the other two's
+
+
+def test_a_childs_error_ends_the_command_in_one_line(stamp, capfd):
+    assert run_children(first_run_rehearsals.fail_as_bad_input, stamp) == 2
+    assert capfd.readouterr().err.splitlines()[1:] == ["error: model file is not a GGUF"]
+    assert not stamp.exists()
+
+
+def test_ctrl_c_in_a_child_interrupts_the_command(stamp):
+    with pytest.raises(KeyboardInterrupt):
+        run_children(first_run_rehearsals.interrupt, stamp)
+    assert not stamp.exists()
+
+
+def test_a_killed_child_is_named(stamp, capfd):
+    assert run_children(first_run_rehearsals.die, stamp) == 1
+    assert capfd.readouterr().err.splitlines()[1:] == ["error: the process compiling the kernels was killed (SIGKILL)"]
