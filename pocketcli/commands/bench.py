@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 from .common import add_engine_arguments, add_model_argument, make_engine
@@ -27,17 +28,32 @@ def kv_report(engine) -> dict:
             "kv_tokens_that_fit": context_that_fits(free, per_token)}
 
 
+def rehearse(args: argparse.Namespace) -> None:
+    """A first run's rehearsal in child processes (commands/first_run.py): the load and one short round of each
+    test, so that the measured process loads its kernels from the cache (its peak RSS then holds no compiles)."""
+    from ..engine.benchmark import run_benchmark
+
+    engine = make_engine(args, enable_prefix_caching=False)
+    run_benchmark(engine, args.n_prompt, min(args.n_gen, 2), 1, warmup=False)
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..registry import resolve_model
+    from .first_run import compile_first_run_kernels
+
+    if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
+        raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
+    # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
+    args.ctx_size = args.n_prompt + args.n_gen + 16
+    code = compile_first_run_kernels(args, resolve_model(args.model), functools.partial(rehearse, args))
+    if code:  # a cold cache: compiled in child processes before numba is imported here
+        return code
     import numba
 
     from ..compile_progress_line import report_compiles_to_stderr
     from ..engine.benchmark import peak_rss_bytes, run_benchmark
     from ..parallel.parallel_report import format_parallel_report, parallel_report, reset_parallel_counters
 
-    if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
-        raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
-    # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
-    args.ctx_size = args.n_prompt + args.n_gen + 16
     with report_compiles_to_stderr():  # kernels compile in the load and the warm-up run (cold cache)
         engine = make_engine(args, enable_prefix_caching=False)  # every repetition must really process its prompt
         if getattr(engine, "rank_group", None) is not None:  # every rank loads its kernels first: not in the shares
