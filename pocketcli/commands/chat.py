@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 
@@ -52,10 +53,29 @@ def make_session(args: argparse.Namespace):
     return ChatSession(model=args.model, settings=settings, engine_options=options, autosave=not args.no_save)
 
 
+def rehearse(model: str, engine_options: dict) -> None:
+    """The session's load (ChatSession._make_engine: the engine and a first turn's warm-up) in a first run's child
+    processes (commands/first_run.py): its kernels go to the cache, and the chat's own process loads them."""
+    from ..config import EngineConfig
+    from ..engine.warm_up import CHAT_WARM_UP_TOKENS, warm_up
+    from ..engine_factory import make_engine
+    from ..registry import resolve_model
+
+    warm_up(make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **engine_options)),
+            CHAT_WARM_UP_TOKENS)
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..registry import resolve_model
+    from .first_run import compile_first_run_kernels
+
     set_cpu_threads(args.threads)
     args.model = args.model or default_model(for_chat=True)  # an instruct model: the base default cannot chat
     session = make_session(args)
+    rehearsal = functools.partial(rehearse, args.model, session.engine_options)
+    code = compile_first_run_kernels(args, resolve_model(args.model, for_chat=True), rehearsal)
+    if code:  # a cold cache: compiled in child processes before the chat loads (its progress line on stderr)
+        return code
     if not sys.stdin.isatty():
         text = sys.stdin.read().strip()
         if not text:
