@@ -4,10 +4,14 @@ from pathlib import Path
 from numba.core import entrypoints as _numba_entrypoints
 from numba.core.registry import cpu_target
 
+from kernels_numba import numba_cache_load as _numba_cache_load, nrt_cache as _nrt_cache
 from kernels_numba.cpu import cache_guard as _cache_guard
 from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
 
 _cache_guard.clear_stale_numba_cache(Path(__file__).parent)
+# a warm start loads every kernel from the cache: without readying numba for compiles it does not make
+_numba_cache_load.install_lean_cache_loads()
+_nrt_cache.install_nrt_cache(_cache_guard.numba_cache_dir(Path(__file__).parent))
 # Our kernels use no numba extension; numba's first compile or cache load would otherwise read the entry points of
 # every installed distribution to find some (50-90 ms of each start).
 _numba_entrypoints._already_initialized = True
