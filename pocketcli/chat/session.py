@@ -3,7 +3,6 @@ The engine lives in an EngineLoop (its own thread owns it and is the only one to
 encoded there too); one thread at a time may call into a session."""
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
@@ -232,6 +231,8 @@ class ChatSession:
 
     async def astream_reply(self, should_stop: Callable[[], bool] = lambda: False) -> AsyncIterator[str]:
         """stream_reply for the chat app, awaited on its event loop: no thread of its own waits for the engine."""
+        import asyncio  # here: every command's flags import this module (ChatSettings), only the app awaits
+
         reply = await asyncio.wrap_future(self.start_reply())
         chunks = self.loop.astream(reply.request)
         try:

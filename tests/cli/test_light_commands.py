@@ -17,7 +17,7 @@ try:
 except SystemExit:
     pass
 print(json.dumps(sorted(name for name in sys.modules
-                        if name.split(".")[0] in ("numba", "kernels_numba", "numpy", "gguf", "llvmlite"))))
+                        if name.split(".")[0] in ("numba", "kernels_numba", "numpy", "gguf", "llvmlite", "asyncio"))))
 """
 # `info` describes the GPU when there is one (numba.cuda): the CPU is what this test is about
 DEVICE_CPU = ["--device", "cpu"] if has_nvidia_driver() else []
@@ -45,6 +45,28 @@ def test_help_imports_no_numpy_gguf_or_llvm():
     """`pocket --help` builds every command's flags from the settings' fields, and nothing heavier: 0.23-0.26 s
     of wall on a loaded 2-core AMD EPYC (0.35-0.41 s when it imported numpy, gguf-py and llvmlite)."""
     assert imported_modules("--help") == []
+
+
+ENGINE_CHILD = """
+import json, sys
+import pocketcli.commands.generate, pocketcli.engine.engine_loop  # what generate imports before the model: the
+# engine, numba, the kernels (the KV row codecs load from numba's cache here)
+print(json.dumps(sorted(sys.modules)))
+"""
+# what numba imports to compile (its registry refresh) and asyncio (the chat app and the server await the engine)
+COMPILE_ONLY_MODULES = ("numba.np.linalg", "numba.typed.typeddict", "numba.np.random.generator_core", "asyncio")
+
+
+def test_generate_loads_its_kernels_without_numbas_compiler_registries():
+    """A warm generate loads kernels from numba's cache without numba's compile set-up (the registries: 0.3-0.45 s
+    and 13 MB of a start, kernels_numba/numba_cache_load.py) and without asyncio. The first child warms the
+    cache where it is cold (it then compiles the two KV row codecs)."""
+    for _ in range(2):
+        completed = subprocess.run([sys.executable, "-c", ENGINE_CHILD], capture_output=True, text=True, timeout=600)
+        assert completed.returncode == 0, completed.stderr
+    modules = set(json.loads(completed.stdout.splitlines()[-1]))
+    assert "kernels_numba.cpu.kv_row" in modules
+    assert not [name for name in COMPILE_ONLY_MODULES if name in modules]
 
 
 def test_version_reports_numba_without_the_kernels():
