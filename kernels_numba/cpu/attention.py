@@ -7,6 +7,7 @@ from numba import njit, prange
 
 from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
+from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
 from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
 from kernels_numba.cpu.ir.prefetch import CACHE_LINE_BYTES, prefetch_byte
 from kernels_numba.cpu.kv_row import kv_row
@@ -192,12 +193,20 @@ def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query
 @njit(cache=True, parallel=True)
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                           scale, sliding_window, softcap, out, per_task, chunks):
+    """attend_tasks in `chunks` spans of tasks, every iteration taking the next span from a shared counter until
+    none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others, its own later
+    iterations find none; each task writes only its own heads, so the bits do not depend on who takes it). The
+    iterations, not the pool's threads: pool_threads' declaration clashes with the parallel loop's own."""
     num_tasks = q.shape[0] * (q.shape[1] // per_task)
     tasks_per_chunk = (num_tasks + chunks - 1) // chunks
-    for chunk in prange(chunks):
-        first = chunk * tasks_per_chunk
-        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, per_task, first, min(num_tasks, first + tasks_per_chunk))
+    counter = new_counter()
+    for worker in prange(chunks):
+        chunk = claim_next(counter)
+        while chunk < chunks:
+            first = chunk * tasks_per_chunk
+            attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                         sliding_window, softcap, out, per_task, first, min(num_tasks, first + tasks_per_chunk))
+            chunk = claim_next(counter)
 
 
 def _attention_work(context_lens, query_start_loc, num_heads: int, head_dim: int, sliding_window: int) -> int:

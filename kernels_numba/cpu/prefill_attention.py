@@ -17,6 +17,7 @@ from numba import njit, prange
 
 from kernels_numba.cpu.matvec.blas import NO_TRANS, TRANS, find_sgemm, sgemm
 from kernels_numba.cpu.ir.fast_exp import exp_f32
+from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
 from kernels_numba.cpu.kv_row import kv_row_into
 from kernels_numba.cpu.parallel_policy import use_threads
 from kernels_numba.reference_kv import dequantize_kv_rows
@@ -181,29 +182,30 @@ def attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first_
 @njit(cache=True, parallel=True)
 def attend_sequence_parallel(q, k_cache, v_cache, kv_type, block_table, context_len, scale, sliding_window, softcap,
                              out, block_tokens, chunk_keys, sgemm_address, ilp64, num_workers):
-    """attend_sequence with its (kv head, query block) tiles dealt to `num_workers` threads."""
+    """attend_sequence with its (kv head, query block) tiles taken by `num_workers` threads from a shared counter,
+    the last query blocks (the most keys) first, so a thread that loses its core leaves its tiles to the others
+    (ir/atomic_counter.py; each tile writes only its own rows of out)."""
     num_queries, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     rows = block_tokens * (num_heads // num_kv_heads)
     num_blocks = (num_queries + block_tokens - 1) // block_tokens
     num_tasks = num_blocks * num_kv_heads
+    counter = new_counter()
     for worker in prange(num_workers):
         queries, acc = np.empty((rows, head_dim), np.float32), np.empty((rows, head_dim), np.float32)
         keys, values = np.empty((chunk_keys, head_dim), np.float32), np.empty((chunk_keys, head_dim), np.float32)
         scores = np.empty((rows, chunk_keys), np.float32)
         running_max, running_sum = np.empty(rows, np.float32), np.empty(rows, np.float32)
-        for task in range(num_tasks):
-            # dealt boustrophedon (0 1 1 0 0 1 ...): later query blocks see more keys, so plain round-robin
-            # would give the last worker the most work
-            lap, seat = task // num_workers, task % num_workers
-            if (seat if lap % 2 == 0 else num_workers - 1 - seat) != worker:
-                continue
+        claimed = claim_next(counter)
+        while claimed < num_tasks:
+            task = num_tasks - 1 - claimed  # later query blocks see more keys: the longest tiles first
             block, kv_head = task // num_kv_heads, task % num_kv_heads
             first = block * block_tokens
             attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first,
                               min(num_queries, first + block_tokens),
                               context_len - num_queries, scale, sliding_window, softcap, out, queries, keys, values,
                               scores, acc, running_max, running_sum, sgemm_address, ilp64)
+            claimed = claim_next(counter)
 
 
 def attend_sequence(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, kv_type: int, block_table: np.ndarray,

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
+import numba
 from numba import njit
 
 from gguf_loader.private_bytes import private_bytes
@@ -17,7 +18,8 @@ from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.matvec.int8_dot import quantize_activations
 from kernels_numba.cpu.matvec.run_dot import row_range_intrinsic
 from kernels_numba.cpu.matvec.run_layout import RUN_CODES, ZERO_POINTS, groups_of, repack, run_weights, supports
-from kernels_numba.cpu.matvec.run_matvec import TOKEN_TILE, run_activations, shared_spans
+from kernels_numba.cpu.matvec.run_matvec import (PARALLEL_QUANTIZE_TOKENS, TOKEN_TILE, quantized_run_activations,
+                                                 run_activations, shared_spans)
 from kernels_numba.reference_int8 import linear_int8_activations
 from tests.kernels.kernel_test_data import random_weight
 from tests.kernels.resident_memory import resident_kib
@@ -75,10 +77,10 @@ def test_run_dots_match_the_int8_oracle(ggml_type, rows, k, num_tokens):
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 512), (QT.Q5_0, 640), (QT.Q4_0, 384), (QT.Q4_K, 512),
-                                          (QT.Q6_K, 512), q8_0(640), (QT.Q4_1, 576), q8_0(576)])
+                                          (QT.Q6_K, 512), q8_0(640), (QT.Q4_1, 576), q8_0(576), (QT.Q4_K, 4096)])
 def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
     """Every pass (8, 4, 2 and 1 tokens; over the whole span for decode batches, group by group past them), the
-    folded tail groups of 4 runs (k = 640, 384) included."""
+    folded tail groups of 4 runs (k = 640, 384) included; k = 4096: prefill passes of at most 4 tokens."""
     rng = np.random.default_rng(3)
     w = random_weight(ggml_type, (37, k), rng)  # 37 rows: a last row group of one
     runs = run_weights(w)
@@ -104,6 +106,25 @@ def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     x = rng.standard_normal((2, 96)).astype(np.float32)
     np.testing.assert_allclose(dispatch.linear(x, odd), linear_int8_activations(x, odd), rtol=1e-4, atol=1e-4)
     assert odd.cpu_layouts["runs"] is None
+
+
+@pytest.mark.parametrize("ggml_type, k", [(QT.Q4_K, 768), (QT.Q6_K, 640)])
+def test_prefill_activations_on_the_pool_give_the_serial_bits(ggml_type, k):
+    """A prefill chunk's x is quantized and regrouped by the pool's threads, 4 tokens a claim (37: a last claim
+    of one): the same four arrays as quantize_activations then run_activations on one thread."""
+    rng = np.random.default_rng(k)
+    run_code = RUN_CODES[qt.TYPE_CODES[ggml_type]]
+    x = (rng.standard_normal((PARALLEL_QUANTIZE_TOKENS + 21, k)) * 3).astype(np.float32)
+    quants, scales, _, _ = quantize_activations(x)
+    serial = run_activations(run_code, quants, scales)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        pooled = quantized_run_activations(run_code, x)
+    finally:
+        numba.set_num_threads(threads)
+    for expected, actual in zip(serial, pooled):
+        np.testing.assert_array_equal(actual, expected)
 
 
 def test_private_bytes_copies_a_mapped_tensor_with_file_reads(tmp_path):

@@ -472,20 +472,26 @@ def quantize_activations_into(x, quants, scales, lane_sums, block_sums):
     32: scale = max|x| / 127, quants rounded to nearest), lane_sums int32 [n, k/4] = sums of 4 quants in a row,
     block_sums float32 [n, k/32] = scale * the sum of the block's quants (for the K-quants' mins)."""
     for t in range(x.shape[0]):
-        # contiguous rows for the block IR (a no-op for C arrays, a copy of a strided row)
-        row, row_quants, row_lane_sums = (np.ascontiguousarray(x[t]), np.ascontiguousarray(quants[t]),
-                                          np.ascontiguousarray(lane_sums[t]))
-        for block in range(x.shape[1] // BLOCK_VALUES):
-            first = block * BLOCK_VALUES
-            scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
-            scales[t, block] = scale
-            total = quantize_block_into(row, first, inverse, row_quants, row_lane_sums)
-            block_sums[t, block] = scale * np.float32(total)
-        if row_quants.ctypes.data != quants[t].ctypes.data:  # a copy of a strided row: write it back
-            for j in range(row_quants.size):  # (element loops: see kv_store.store_kv_into)
-                quants[t, j] = row_quants[j]
-            for j in range(row_lane_sums.size):
-                lane_sums[t, j] = row_lane_sums[j]
+        quantize_row_into(x, quants, scales, lane_sums, block_sums, t)
+
+
+@njit(cache=True, inline="always")
+def quantize_row_into(x, quants, scales, lane_sums, block_sums, t):
+    """Row t of quantize_activations_into (rows are independent: threads may take different rows)."""
+    # contiguous rows for the block IR (a no-op for C arrays, a copy of a strided row)
+    row, row_quants, row_lane_sums = (np.ascontiguousarray(x[t]), np.ascontiguousarray(quants[t]),
+                                      np.ascontiguousarray(lane_sums[t]))
+    for block in range(x.shape[1] // BLOCK_VALUES):
+        first = block * BLOCK_VALUES
+        scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
+        scales[t, block] = scale
+        total = quantize_block_into(row, first, inverse, row_quants, row_lane_sums)
+        block_sums[t, block] = scale * np.float32(total)
+    if row_quants.ctypes.data != quants[t].ctypes.data:  # a copy of a strided row: write it back
+        for j in range(row_quants.size):  # (element loops: see kv_store.store_kv_into)
+            quants[t, j] = row_quants[j]
+        for j in range(row_lane_sums.size):
+            lane_sums[t, j] = row_lane_sums[j]
 
 
 @njit(cache=True)

@@ -7,11 +7,12 @@ slice j of a group holds values 4j..4j+3 of each run, and each run gets its scal
 thread) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a thread that loses its
 core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up) run in one parallel
 region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5 regions a decode layer
-instead of 8.
-Tokens go in passes of 8, 4, 2 and 1, each pass one row at a time inside the IR (run_dot.row_range_intrinsic: the
-token pointers once per call). A decode batch (under SPAN_PASS_TOKENS) runs each pass over a thread's whole span
-of rows; longer inputs (prefill chunks) run them group by group, the row bytes staying in L1 between passes. A
-(row, token) dot is the same IR in every pass, so results do not depend on the batch.
+instead of 8. A prefill chunk's x is quantized and regrouped on the pool's threads too (`quantized_run_activations`).
+Tokens go in passes of 8, 4, 2 and 1 (prefill chunks whose x rows alias in L1: 4, 2, 1), each pass one row at a
+time inside the IR (run_dot.row_range_intrinsic: the token pointers once per call). A decode batch (under
+SPAN_PASS_TOKENS) runs each pass over a thread's whole span of rows; longer inputs (prefill chunks) run them group
+by group, the row bytes staying in L1 between passes. A (row, token) dot is the same IR in every pass, so results
+do not depend on the batch.
 
 Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640 1 token 1.77x faster, 8 tokens
 1.40x; Q6_K 640x2048 1.37x / 1.19x; Q4_K 640x1024 1.54x / 1.27x. Span passes against the row groups' former
@@ -24,7 +25,8 @@ from numba.extending import overload
 
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
-from kernels_numba.cpu.matvec.int8_dot import BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations
+from kernels_numba.cpu.matvec.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations,
+                                              quantize_row_into)
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, chunk_span, pool_threads
 from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
 from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
@@ -83,69 +85,139 @@ def run_activations(code, quants, scales):
     """The 8-bit activations (quants int8 [n, k], scales float32 [n, k/32] of quantize_activations_into) in the
     layout of run code `code`: (quants regrouped [n, k], run scales float32 [n, runs], run starts int32 [n, runs]
     = -zero point * run quant sums, run sums float32 [n, runs] = scale * run quant sum)."""
-    n, k = quants.shape
+    xr = _new_run_activations(code, quants.shape[0], quants.shape[1])
+    for t in range(quants.shape[0]):
+        _regroup_row_into(code, quants, scales, t, xr)
+    return xr
+
+
+@njit(cache=True, inline="always")
+def _new_run_activations(code, n, k):
+    num_runs = k // run_values(code)
+    return (aligned_int8(n, k),  # the dots' 64-byte loads of x each within a cache line
+            np.empty((n, num_runs), dtype=np.float32), np.empty((n, num_runs), dtype=np.int32),
+            np.empty((n, num_runs), dtype=np.float32))
+
+
+@njit(cache=True, inline="always")
+def _regroup_row_into(code, quants, scales, t, xr):
+    """Row t of run_activations into xr (its four arrays)."""
+    grouped, run_scales, run_starts, run_sums = xr
     run_length = run_values(code)
-    num_runs = k // run_length
+    num_runs = quants.shape[1] // run_length
     zero = zero_point(code)
-    grouped = aligned_int8(n, k)  # the dots' 64-byte loads of x each within a cache line
-    run_scales = np.empty((n, num_runs), dtype=np.float32)
-    run_starts = np.empty((n, num_runs), dtype=np.int32)
-    run_sums = np.empty((n, num_runs), dtype=np.float32)
-    for t in range(n):
-        first_run = 0
-        while first_run < num_runs:
-            width = group_runs(num_runs - first_run)
-            base = first_run * run_length
-            for lane in range(width):
-                run = first_run + lane
-                total = np.int32(0)
-                for j in range(run_length // LANE_VALUES):
-                    position = FOLDED_POSITIONS[j] if width <= FOLDED_MAX_RUNS else j  # x folded like the weights
-                    for b in range(LANE_VALUES):
-                        value = quants[t, run * run_length + LANE_VALUES * j + b]
-                        grouped[t, base + LANE_VALUES * (width * position + lane) + b] = value
-                        total += np.int32(value)
-                scale = scales[t, run * run_length // BLOCK_VALUES]
-                run_scales[t, run] = scale
-                run_starts[t, run] = -zero * total
-                run_sums[t, run] = scale * np.float32(total)
-            first_run += width
-    return grouped, run_scales, run_starts, run_sums
+    first_run = 0
+    while first_run < num_runs:
+        width = group_runs(num_runs - first_run)
+        base = first_run * run_length
+        for lane in range(width):
+            run = first_run + lane
+            total = np.int32(0)
+            for j in range(run_length // LANE_VALUES):
+                position = FOLDED_POSITIONS[j] if width <= FOLDED_MAX_RUNS else j  # x folded like the weights
+                for b in range(LANE_VALUES):
+                    value = quants[t, run * run_length + LANE_VALUES * j + b]
+                    grouped[t, base + LANE_VALUES * (width * position + lane) + b] = value
+                    total += np.int32(value)
+            scale = scales[t, run * run_length // BLOCK_VALUES]
+            run_scales[t, run] = scale
+            run_starts[t, run] = -zero * total
+            run_sums[t, run] = scale * np.float32(total)
+        first_run += width
+
+
+PARALLEL_QUANTIZE_TOKENS = 16  # from this many tokens (prefill chunks), the pool quantizes and regroups x
+TOKENS_PER_CLAIM = 4  # tokens a thread takes at a time from the shared counter there
+
+
+@njit(cache=True)
+def quantized_run_activations(code, x):
+    """run_activations(code, quants, scales) of x quantized to 8 bits (quantize_activations); a prefill chunk's
+    tokens on the pool's threads, taken TOKENS_PER_CLAIM at a time from a shared counter (the same bits: each
+    token's row is quantized and regrouped alone). 1B shape, 512 tokens, one thread: 0.9 ms for k = 2048 and
+    4.1 ms for k = 8192, once for each of a layer's 7 mat-vecs."""
+    n, k = x.shape
+    threads = pool_threads()
+    if threads < 2 or n < PARALLEL_QUANTIZE_TOKENS:
+        quants, scales, _, _ = quantize_activations(x)
+        return run_activations(code, quants, scales)
+    quants = np.empty((n, k), dtype=np.int8)
+    scales = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    lane_sums = np.empty((n, k // LANE_VALUES), dtype=np.int32)
+    block_sums = np.empty((n, k // BLOCK_VALUES), dtype=np.float32)
+    xr = _new_run_activations(code, n, k)
+    claims = (n + TOKENS_PER_CLAIM - 1) // TOKENS_PER_CLAIM
+    _quantize_regroup_parallel(code, x, quants, scales, lane_sums, block_sums, xr[0], xr[1], xr[2], xr[3],
+                               min(threads, claims))
+    return xr
+
+
+@njit(cache=True, parallel=True)
+def _quantize_regroup_parallel(code, x, quants, scales, lane_sums, block_sums, grouped, run_scales, run_starts,
+                               run_sums, workers):
+    """quantized_run_activations' region: each of `workers` threads takes the next TOKENS_PER_CLAIM tokens until
+    none is left (a parallel loop's body takes no tuples of arrays: the four outputs apart)."""
+    n = x.shape[0]
+    counter = new_counter()
+    for worker in prange(workers):
+        first = claim_next(counter) * TOKENS_PER_CLAIM
+        while first < n:
+            for t in range(first, min(n, first + TOKENS_PER_CLAIM)):
+                quantize_row_into(x, quants, scales, lane_sums, block_sums, t)
+                _regroup_row_into(code, quants, scales, t, (grouped, run_scales, run_starts, run_sums))
+            first = claim_next(counter) * TOKENS_PER_CLAIM
 
 
 TOKEN_TILE = 32  # tokens a row group serves before the next: their activations stay in L2 (prefill chunks)
 
 
 @njit(cache=True)
-def _passes_into(rows, code, data, xr, out, first_row, stop_row, first_token, stop_token, later_prefetch_bytes):
-    """Tokens first_token..stop_token-1 of rows first_row..stop_row-1: passes of 8, then 4, 2 and 1 tokens, each
-    over the rows one at a time in one call. The first pass prefetches the row stream; later ones prefetch
-    later_prefetch_bytes ahead (0 where the rows stay in L1 between passes)."""
+def _passes_into(rows, code, data, xr, out, first_row, stop_row, first_token, stop_token, later_prefetch_bytes,
+                 widest):
+    """Tokens first_token..stop_token-1 of rows first_row..stop_row-1: passes of PASS_TOKENS[widest] tokens while
+    they fit, then of the narrower ones (at most one each), each pass over the rows one at a time in one call. The
+    first pass prefetches the row stream; later ones prefetch later_prefetch_bytes ahead (0 where the rows stay in
+    L1 between passes)."""
     t = first_token
     prefetch_bytes = PREFETCH_BYTES
-    while t + 8 <= stop_token:
-        call_native(handle_at(rows, 0), (code, 8, data, first_row, stop_row, xr, t, out, prefetch_bytes))
-        t, prefetch_bytes = t + 8, later_prefetch_bytes
-    for index in range(1, 4):  # 4, 2, 1: at most one pass each
-        if t + PASS_TOKENS[index] <= stop_token:
-            call_native(handle_at(rows, index), (code, PASS_TOKENS[index], data, first_row, stop_row, xr, t, out,
-                                      prefetch_bytes))
-            t, prefetch_bytes = t + PASS_TOKENS[index], later_prefetch_bytes
+    for index in range(widest, len(PASS_TOKENS)):
+        width = PASS_TOKENS[index]
+        while t + width <= stop_token:
+            call_native(handle_at(rows, index), (code, width, data, first_row, stop_row, xr, t, out, prefetch_bytes))
+            t, prefetch_bytes = t + width, later_prefetch_bytes
+
+
+# x rows (k bytes) a multiple of 4 KiB apart fall in one L1 set: 8 tokens' rows overflow its 8 ways. Where a row
+# group's bytes leave room in L1 beside 4 tokens of x, prefill passes take 4 tokens. 8B shape, k = 4096, one
+# thread, 256 tokens (Zen 4, min of 5): native Q4_K 14336 rows 60-61 -> 73-85 GMAC/s, 1024 rows 55-69 -> 72-88,
+# Q6_K 1024 rows 56-59 -> 68; AVX2 tier Q4_K 14336 rows 32-34 -> 51-54, 4096 rows 32-35 -> 46-54, Q6_K 26 -> 34.
+# k = 2048, 8192 and 14336 keep 8 (native: 4 was 2-12 % slower there)
+ALIASED_X_BYTES = 4096
+NARROW_PASS_GROUP_BYTES = 16 * 1024
+
+
+@njit(cache=True)
+def _widest_prefill_pass(data, k):
+    """The index in PASS_TOKENS of a prefill chunk's widest pass."""
+    if k % ALIASED_X_BYTES == 0 and ROWS_PER_GROUP * data.shape[1] <= NARROW_PASS_GROUP_BYTES:
+        return 1
+    return 0
 
 
 @njit(cache=True)
 def _groups_into(rows, code, data, xr, out, first_group, stop_group):
-    num_tokens = xr[0].shape[0]
+    num_tokens, k = xr[0].shape
     if num_tokens < SPAN_PASS_TOKENS:  # a decode batch: each pass sweeps the whole span
         _passes_into(rows, code, data, xr, out, first_group * ROWS_PER_GROUP,
-                     min(data.shape[0], stop_group * ROWS_PER_GROUP), 0, num_tokens, PREFETCH_BYTES)
+                     min(data.shape[0], stop_group * ROWS_PER_GROUP), 0, num_tokens, PREFETCH_BYTES, 0)
         return
+    widest = _widest_prefill_pass(data, k)
     for first_token in range(0, num_tokens, TOKEN_TILE):
         stop_token = min(num_tokens, first_token + TOKEN_TILE)
         for group in range(first_group, stop_group):  # a group's rows stay in L1 between its passes
             first_row = group * ROWS_PER_GROUP
             _passes_into(rows, code, data, xr, out, first_row, min(data.shape[0], first_row + ROWS_PER_GROUP),
-                         first_token, stop_token, 0)
+                         first_token, stop_token, 0, widest)
 
 
 CLAIMED_SPANS_PER_THREAD = 8  # spans of rows a thread takes, one at a time, from a region's shared counter
@@ -169,8 +241,7 @@ def _parallel_into(rows, code, data, xr, out, chunks, workers):
 def run_matvec_into(rows, code, data, x, out):
     """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
     (x: float32 [n, k]); rows: run_rows_kernels(code)."""
-    quants, scales, _, _ = quantize_activations(x)
-    run_matvec_regrouped_into(rows, code, data, run_activations(code, quants, scales), out)
+    run_matvec_regrouped_into(rows, code, data, quantized_run_activations(code, x), out)
 
 
 @njit(cache=True)
