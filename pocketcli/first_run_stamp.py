@@ -50,9 +50,22 @@ def sources_digest(kernels: Path) -> bytes:
     return digest.digest()
 
 
+def compiler_versions() -> tuple[str, ...]:
+    """numba's and llvmlite's version files, read without importing them (importlib.metadata takes ~100 ms): an
+    upgrade leaves numba's cache unusable, so a first run comes again."""
+    versions = []
+    for name in ("numba", "llvmlite"):
+        spec = importlib.util.find_spec(name)
+        try:
+            versions.append(Path(spec.origin).with_name("_version.py").read_text(encoding="utf-8"))
+        except (AttributeError, TypeError, OSError):  # not installed as files (a frozen binary skips the stamp)
+            versions.append(f"{name} ?")
+    return tuple(versions)
+
+
 def stamp_key(kernels: Path, model_path: str) -> str:
     digest = hashlib.sha256(sources_digest(kernels))
-    for part in (cpu_flags(), sys.version, *(os.environ.get(name, "") for name in TIER_SETTINGS)):
+    for part in (cpu_flags(), sys.version, *compiler_versions(), *(os.environ.get(name, "") for name in TIER_SETTINGS)):
         digest.update(part.encode() + b"\0")
     model = os.stat(model_path)
     digest.update(f"{os.path.abspath(model_path)}\0{model.st_size}\0{model.st_mtime_ns}".encode())

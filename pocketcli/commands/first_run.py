@@ -72,7 +72,19 @@ def cold_stamp(args, model_path: str) -> Path | None:
         return None
     from .common import kernel_backend
 
-    return stamp if kernel_backend(args) == "cpu" and can_write_stamp(stamp) else None
+    if kernel_backend(args) != "cpu" or not can_write_stamp(stamp):
+        return None
+    check_model_opens(model_path)
+    return stamp
+
+
+def check_model_opens(model_path: str) -> None:
+    """Read the model's header (GGUF metadata and tensor table, or a checkpoint's config) before any child starts:
+    a corrupt or truncated file then ends the command with its one-line error at once, not after a first-run
+    notice or the kernels' compiling."""
+    from ..model_source import open_model_file
+
+    open_model_file(model_path)
 
 
 def run_child(rehearsal: Callable[[], None], progress: tuple[int, float],

@@ -36,3 +36,22 @@ def test_ctrl_c_in_a_child_interrupts_the_command(stamp):
 def test_a_killed_child_is_named(stamp, capfd):
     assert run_children(first_run_rehearsals.die, stamp) == 1
     assert capfd.readouterr().err.splitlines()[1:] == ["error: the process compiling the kernels was killed (SIGKILL)"]
+
+
+@pytest.mark.parametrize("damage", ["not a GGUF file", "truncated"])
+def test_a_broken_model_gets_one_line_and_no_first_run(stamp, monkeypatch, capsys, tmp_path, damage):
+    """The model's header is read before any child starts: the command's own load reports a bad file, alone."""
+    from pocketcli.cli import main
+    from tests.models.tiny_gguf import write_tiny_model
+
+    monkeypatch.setenv("POCKET_FIRST_RUN_CHILDREN", "1")
+    path = tmp_path / "bad.gguf"
+    if damage == "truncated":
+        data = write_tiny_model(tmp_path / "tiny.gguf", "llama").read_bytes()
+        path.write_bytes(data[:len(data) * 2 // 3])
+    else:
+        path.write_bytes(b"just some text that is long enough to be read as a header\n" * 4)
+    assert main(["generate", "-m", str(path), "-p", "hi"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and damage in lines[0], lines
+    assert not (stamp.parent).exists() or not any(stamp.parent.iterdir())

@@ -53,3 +53,5 @@ def test_first_run_compiles_in_children_then_warmup_compiles_the_rest(tmp_path):
     assert in_children > 2 * in_command > 0, first.stderr[-3000:]  # the prefill's kernels, then the decode's
     warmed = pocket(["warmup"], env)
     assert "warm-up done in" in warmed.stdout and str(cache_dir) in warmed.stdout
+    again = pocket(generate, env, code=COUNT_COMPILES)  # warmup's set holds everything a generate needs
+    assert "first run" not in again.stderr and again.stdout.splitlines()[-1] == "compiles: 0", again.stderr[-3000:]
