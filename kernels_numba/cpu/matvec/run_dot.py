@@ -19,7 +19,8 @@ On 256-bit registers (the avx2 kind) a pass of 2 to 8 tokens sweeps a row's full
 tokens instead of spilling with 16 of them beside 8 tokens' accumulators. Each lane gets the same float operations
 in the same order, so the same bits. SmolLM2 Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4 at the AVX2 tier (i25-serve8):
 576x1536 403 -> 338 cycles a row, 1536x576 206 -> 180, 576x576 239-314 -> 175-186; the Q8_0 head 49152x576
-~5-10% (its signed weights take 16 ymm a half group: vpsignb needs them and their magnitudes).
+~5-10% (its signed weights take 16 ymm a half group: vpsignb needs them and their magnitudes). Q6_K (4 slices a
+run, 8 ymm a group) keeps the plain loop.
 
 Against int8_dot's GGUF-order dots this does one float epilogue per run instead of one per 4 values (8x fewer
 float ops) and unpacks 64 weights with 2-3 vector ops instead of ~5.
@@ -336,12 +337,13 @@ def _add_products(builder, accumulator, a, b):
 HALF_RUNS = GROUP_RUNS // 2  # the runs of a half group: one ymm register of int32 lanes
 
 
-def _goes_by_halves(lane_dot, num_tokens):
+def _goes_by_halves(run_format, lane_dot, num_tokens):
     """Whether the full groups go half group by half group: on 256-bit registers (the avx2 kind) a 16-run group's
-    weights (16 ymm) and a pass's accumulators cannot all stay in registers (~440 spill moves in the 8-token leaf,
-    a load each beside the x operands); a half group's 8 weight vectors mostly can. One token keeps the plain loop
-    (its time is the weight stream, not the arithmetic)."""
-    return lane_dot.kind == AVX2 and num_tokens > 1
+    8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's 8-token group loop: 155
+    spill moves in 568 instructions, a load each beside the x operands); a half group's 8 vectors mostly can (46
+    in 459). Q6_K's 4 slices already fit (8 ymm), and unpacking them twice costs more than its spills (384
+    instructions against 337). One token keeps the plain loop (its time is the weight stream)."""
+    return lane_dot.kind == AVX2 and num_tokens > 1 and run_format.num_slices == 8
 
 
 def _half(builder, vector, half):
@@ -442,7 +444,7 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
                 _add_products(builder, min_totals[t], weights.min_factors, x_sums)
 
     full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
-    if _goes_by_halves(lane_dot, len(xs)):
+    if _goes_by_halves(run_format, lane_dot, len(xs)):
         _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators,
                                min_totals)
     else:
