@@ -29,6 +29,7 @@ class EngineClient:
     def open(self) -> None:
         """Report kernel compiles (a cold cache: the first load and reply) until close()."""
         self.compile_watch = CompileWatch(self._post_compile_progress).__enter__()
+        self.session.on_compile_progress = self._post_compile_progress  # a first run's children (AppFirstRun)
 
     def load_model(self, model: str | None = None) -> None:
         label = model or self.session.model_label

@@ -87,6 +87,10 @@ class ChatSession:
     last_stats: ReplyStats | None = None
     context_used: int = 0
     chat_template: object = None  # the loaded engine's ChatTemplate, compiled once at load
+    # a cold kernel cache's first run, before a load (commands/chat.py: AppFirstRun): called on the engine thread
+    # with the model and on_compile_progress; cancel() on close
+    first_run: object = None
+    on_compile_progress: Callable | None = None  # CompileProgress -> None (the chat app's status bar)
 
     def __post_init__(self):
         self.conversation.system = self.conversation.system or self.settings.system
@@ -117,6 +121,8 @@ class ChatSession:
         from ..engine_factory import make_engine
         from ..registry import resolve_model
 
+        if self.first_run is not None:
+            self.first_run(model, self.on_compile_progress or (lambda progress: None))
         engine = make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **self.engine_options))
         warm_up(engine, CHAT_WARM_UP_TOKENS)  # in the load's spinner: kernels load (or compile) now, not after Enter
         self.chat_template = chat_template_or_none(engine)  # jinja2's import and compile: 0.16 s, once, not per turn
@@ -130,6 +136,8 @@ class ChatSession:
 
     def close(self) -> None:
         """Stops the engine thread (it ends its step first); the session cannot reply after this."""
+        if self.first_run is not None:
+            self.first_run.cancel()  # a first run's child at work is killed: the load then fails at once
         if self.loop is not None:
             self.loop.stop(timeout=0)
 

@@ -65,6 +65,32 @@ def rehearse(model: str, engine_options: dict) -> None:
             CHAT_WARM_UP_TOKENS)
 
 
+class AppFirstRun:
+    """A cold cache's first run for the chat app: the load's kernels compile in child processes (first_run.py)
+    while the app's screen is up, their progress in its status bar. The session calls it on its engine thread
+    before each load (a model picked later may be a first run too); cancel() kills the child at work."""
+
+    def __init__(self, args: argparse.Namespace, engine_options: dict):
+        self.args, self.engine_options = args, engine_options
+        self.chain = None
+        self.is_cancelled = False
+
+    def __call__(self, model: str | None, on_progress) -> None:
+        from ..registry import resolve_model
+        from .first_run import ChildChain, cold_stamp
+
+        stamp = cold_stamp(self.args, resolve_model(model, for_chat=True))
+        if stamp is None or self.is_cancelled:
+            return
+        self.chain = ChildChain(on_progress)
+        self.chain.run(functools.partial(rehearse, model, self.engine_options), stamp)
+
+    def cancel(self) -> None:
+        self.is_cancelled = True
+        if self.chain is not None:
+            self.chain.cancel()
+
+
 def run(args: argparse.Namespace) -> int:
     from ..registry import resolve_model
     from .first_run import compile_first_run_kernels
@@ -72,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     set_cpu_threads(args.threads)
     args.model = args.model or default_model(for_chat=True)  # an instruct model: the base default cannot chat
     session = make_session(args)
+    if sys.stdin.isatty() and not args.plain:  # the app: a first run compiles while its screen is up
+        session.first_run = AppFirstRun(args, session.engine_options)
+        return launch_chat_app(session)
     rehearsal = functools.partial(rehearse, args.model, session.engine_options)
     code = compile_first_run_kernels(args, resolve_model(args.model, for_chat=True), rehearsal)
     if code:  # a cold cache: compiled in child processes before the chat loads (its progress line on stderr)
@@ -83,11 +112,9 @@ def run(args: argparse.Namespace) -> int:
         from ..chat.repl import run_pipe
 
         return run_pipe(session, text)
-    if args.plain:
-        from ..chat.repl import run_repl
+    from ..chat.repl import run_repl
 
-        return run_repl(session)
-    return launch_chat_app(session)
+    return run_repl(session)
 
 
 def launch_chat_app(session) -> int:

@@ -13,6 +13,10 @@ token back by their ~30 s). While the children work, this process holds argparse
 The children show the compile progress line on stderr, its count carried from one to the next. Ctrl-C ends them
 at once (exit 130, "interrupted"); a failing child's one-line error ends the command with its exit code; a cache
 that keeps nothing the children compile ends the chain after MAX_CHILDREN, and this process compiles the rest.
+
+The chat app runs the children from its engine thread while its screen is up (ChildChain with on_progress): the
+children then send their progress to this process as lines on their stdout, for its status bar, and their stderr
+(an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,19 +98,110 @@ def run_child(rehearsal: Callable[[], None], progress: tuple[int, float],
     child = subprocess.Popen([sys.executable, "-c", CHILD_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         with child.stdout:
-            try:
-                child.stdin.write(pickle.dumps((rehearsal, progress, compiles_per_child)))
-                child.stdin.close()
-            except BrokenPipeError:  # it ended before reading: its exit code says why
-                pass
-            report = child.stdout.read().split()
+            send_job(child, (rehearsal, progress, compiles_per_child, False))
+            lines = child.stdout.read().decode(errors="replace").splitlines()
         code = child.wait()
     except KeyboardInterrupt:
         stop(child)
         raise
     if code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
-    return code, (int(report[0]), float(report[1])) if len(report) == 2 else progress
+    return code, cut_progress(lines, progress)
+
+
+def send_job(child: subprocess.Popen, job: tuple) -> None:
+    try:
+        child.stdin.write(pickle.dumps(job))
+        child.stdin.close()
+    except BrokenPipeError:  # it ended before reading: its exit code says why
+        pass
+
+
+def cut_progress(lines: list[str], progress: tuple[int, float]) -> tuple[int, float]:
+    """The count a child that stopped itself reported ("cut KERNELS SECONDS"), else the count it started from."""
+    for line in reversed(lines):
+        words = line.split()
+        if len(words) == 3 and words[0] == "cut":
+            return int(words[1]), float(words[2])
+    return progress
+
+
+class FirstRunFailed(Exception):
+    """A child of ChildChain failed: its one-line error (without "error: "), or how it was killed."""
+
+
+class ChildChain:
+    """A first run's children for a caller that shows their progress itself (the chat app's status bar): each
+    child's progress comes to on_progress (a CompileProgress, on the calling thread) and its stderr is kept, not
+    shown; cancel() (from any thread) kills the child at work and ends run() with FirstRunFailed."""
+
+    def __init__(self, on_progress: Callable, compiles_per_child: int = COMPILES_PER_CHILD):
+        self.on_progress = on_progress
+        self.compiles_per_child = compiles_per_child
+        self.lock = threading.Lock()
+        self.child: subprocess.Popen | None = None
+        self.is_cancelled = False
+
+    def run(self, rehearsal: Callable[[], None], stamp: Path) -> None:
+        progress = (0, 0.0)
+        for _ in range(MAX_CHILDREN):
+            code, progress = self.run_child(rehearsal, progress)
+            if code == 0:
+                from ..first_run_stamp import write_stamp
+
+                write_stamp(stamp)
+                return
+            if code != CUT_EXIT:
+                return
+        # the cache keeps nothing: the rest compiles in this process
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.is_cancelled = True
+            if self.child is not None and self.child.poll() is None:
+                self.child.kill()
+
+    def run_child(self, rehearsal: Callable[[], None], progress: tuple[int, float]) -> tuple[int, tuple[int, float]]:
+        with self.lock:
+            if self.is_cancelled:
+                raise FirstRunFailed("cancelled")
+            self.child = child = subprocess.Popen([sys.executable, "-c", CHILD_CODE], stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        errors: list[bytes] = []
+        reader = threading.Thread(target=lambda: errors.append(child.stderr.read()), daemon=True)
+        reader.start()
+        lines: list[str] = []
+        with child.stdout:
+            send_job(child, (rehearsal, progress, self.compiles_per_child, True))
+            for raw in child.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                lines.append(line)
+                self.report(line)
+        code = child.wait()
+        reader.join()
+        if self.is_cancelled:
+            raise FirstRunFailed("cancelled")
+        if code not in (0, CUT_EXIT):
+            raise FirstRunFailed(failure_message(code, b"".join(errors).decode(errors="replace")))
+        return code, cut_progress(lines, progress)
+
+    def report(self, line: str) -> None:
+        """A child's progress line: "progress KERNELS SECONDS IS_CACHED IS_DONE KERNEL"."""
+        from ..compile_progress import CompileProgress
+
+        words = line.split(maxsplit=5)
+        if len(words) == 6 and words[0] == "progress":
+            self.on_progress(CompileProgress(words[5], int(words[1]), words[3] == "1", float(words[2]),
+                                             is_done=words[4] == "1"))
+
+
+def failure_message(code: int, stderr: str) -> str:
+    """What ended a child, in one line: its own error line (without "error: "), or the signal that killed it."""
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        return f"the process compiling the kernels was killed ({name})"
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    return errors[-1].removeprefix("error: ") if errors else f"the process compiling the kernels exited with {code}"
 
 
 def stop(child: subprocess.Popen) -> None:
@@ -122,8 +218,7 @@ def stop(child: subprocess.Popen) -> None:
 def child_failure(code: int) -> int:
     """A child that printed its error exits 1 or 2; one killed by a signal (out of memory) printed nothing."""
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        print(f"error: the process compiling the kernels was killed ({name})", file=sys.stderr)
+        print(f"error: {failure_message(code, '')}", file=sys.stderr)
         return 1
     return code
 
@@ -133,14 +228,12 @@ def child_main() -> None:
     """Runs the rehearsal the parent sent on stdin, showing compile progress; exits 0 when it completed,
     CUT_EXIT when it stopped itself, 130 at Ctrl-C, 2 or 1 with a one-line error."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))  # no unwinding through a compile
-    from ..compile_progress_line import report_compiles_to_stderr
     from ..errors import USER_ERRORS
 
     try:
-        rehearsal, progress, compiles_per_child = pickle.load(sys.stdin.buffer)
+        rehearsal, progress, compiles_per_child, to_parent = pickle.load(sys.stdin.buffer)
         # one burst for the whole child: a pause (the weights' regrouping) does not end the count
-        with report_compiles_to_stderr(progress_before=progress, quiet_s=float("inf")) as watch, \
-                stop_after_compiles(watch, compiles_per_child):
+        with progress_reporter(to_parent, progress) as watch, stop_after_compiles(watch, compiles_per_child):
             rehearsal()
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -149,6 +242,27 @@ def child_main() -> None:
         print(f"error: compiling the kernels failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)
     sys.exit(0)
+
+
+def progress_reporter(to_parent: bool, progress_before: tuple[int, float]):
+    """The child's compile watch: the progress line on stderr, or progress lines on stdout for ChildChain."""
+    from ..compile_progress import CompileWatch
+    from ..compile_progress_line import report_compiles_to_stderr
+
+    if not to_parent:
+        return report_compiles_to_stderr(progress_before=progress_before, quiet_s=float("inf"))
+    return CompileWatch(send_progress, progress_before=progress_before, quiet_s=float("inf"))
+
+
+def send_progress(progress) -> None:
+    write_line(f"progress {progress.num_compiled} {progress.elapsed_s:.3f} {int(progress.is_cached)} "
+               f"{int(progress.is_done)} {progress.kernel}")
+
+
+def write_line(line: str) -> None:
+    """One write per line: the watch's thread and the compiling thread both write to stdout."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 @contextmanager
@@ -166,7 +280,7 @@ def stop_after_compiles(watch, limit: int):
             cached += not event.is_failed and event.is_cached
         elif compiled >= limit and cached:  # a child that cached nothing would leave the next one no further
             total, elapsed_s = watch.progress_so_far()
-            print(total, f"{elapsed_s:.3f}", flush=True)
+            write_line(f"cut {total} {elapsed_s:.3f}")
             sys.stderr.flush()
             os._exit(CUT_EXIT)
 

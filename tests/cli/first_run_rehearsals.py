@@ -37,3 +37,9 @@ def interrupt() -> None:
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer sends
+
+
+def sleep_long() -> None:
+    import time
+
+    time.sleep(60)  # a long compile, for a cancel to cut short

@@ -55,3 +55,55 @@ def test_a_broken_model_gets_one_line_and_no_first_run(stamp, monkeypatch, capsy
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and damage in lines[0], lines
     assert not (stamp.parent).exists() or not any(stamp.parent.iterdir())
+
+
+def test_a_chain_for_the_app_reports_progress_to_a_callback(stamp, capfd):
+    """The chat app's way (ChildChain): the children's progress comes back as CompileProgress, nothing on stderr."""
+    from pocketcli.commands.first_run import ChildChain
+
+    reports = []
+    ChildChain(reports.append, compiles_per_child=1).run(first_run_rehearsals.compile_three, stamp)
+    assert stamp.exists()
+    assert capfd.readouterr().err == ""
+    assert [report.num_compiled for report in reports if report.is_done] == [3]  # carried on over three children
+    assert all(report.kernel for report in reports)
+    counts = [report.num_compiled for report in reports]
+    assert counts == sorted(counts)
+
+
+def test_a_chain_for_the_app_raises_the_childs_error_line(stamp):
+    from pocketcli.commands.first_run import ChildChain, FirstRunFailed
+
+    with pytest.raises(FirstRunFailed, match="^model file is not a GGUF$"):
+        ChildChain(lambda progress: None).run(first_run_rehearsals.fail_as_bad_input, stamp)
+    with pytest.raises(FirstRunFailed, match=r"killed \(SIGKILL\)"):
+        ChildChain(lambda progress: None).run(first_run_rehearsals.die, stamp)
+    assert not stamp.exists()
+
+
+def test_cancelling_a_chain_kills_its_child(stamp):
+    """Closing the chat app while a first run compiles: the child at work is killed, the load fails at once."""
+    import threading
+    import time
+
+    from pocketcli.commands.first_run import ChildChain, FirstRunFailed
+
+    chain, failures = ChildChain(lambda progress: None), []
+
+    def run() -> None:
+        try:
+            chain.run(first_run_rehearsals.sleep_long, stamp)
+        except FirstRunFailed as exc:
+            failures.append(str(exc))
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while chain.child is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    chain.cancel()
+    runner.join(timeout=10)
+    assert not runner.is_alive() and failures == ["cancelled"]
+    assert time.monotonic() - started < 5
+    assert chain.child.poll() is not None and not stamp.exists()

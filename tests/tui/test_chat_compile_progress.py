@@ -46,3 +46,30 @@ async def test_a_compile_on_the_engine_thread_is_reported(tiny_model, data_dir):
         app.session.loop.call(lambda: add_one(1.0))  # compiles on the engine thread, as a first reply's kernels do
         await wait_until(pilot, lambda: any("compiled 1 kernel in" in message for _, message in app.notified))
         assert "compiling" not in status_text(screen)
+
+
+async def test_a_first_runs_children_report_to_the_status_bar(tiny_model, data_dir, tmp_path, monkeypatch):
+    """A cold cache's first run (commands/chat.py: AppFirstRun) compiles in child processes while the app is up:
+    their progress comes to the app (here three tiny kernels in three children, as the real chain cuts them)."""
+    from pocketcli.commands.first_run import ChildChain
+    from tests.cli import first_run_rehearsals
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    stamp = tmp_path / "numba" / "pocket_first_run" / "model.done"
+    seen = []
+
+    def first_run(model, on_progress) -> None:
+        def report(progress) -> None:
+            seen.append(progress)
+            on_progress(progress)
+
+        ChildChain(report, compiles_per_child=1).run(first_run_rehearsals.compile_three, stamp)
+
+    app = build(tiny_model)
+    app.session.first_run = first_run
+    first_run.cancel = lambda: None
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(app, pilot)
+        await wait_until(pilot, lambda: any("compiled 3 kernels in" in message for _, message in app.notified))
+        assert "compiling" not in status_text(screen)
+    assert stamp.exists() and [progress.num_compiled for progress in seen if progress.is_done] == [3]
