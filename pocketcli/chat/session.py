@@ -116,13 +116,13 @@ class ChatSession:
         return self.loading
 
     def _make_engine(self, model: str | None):
+        if self.first_run is not None:  # before the engine's imports: numba and the kernels load after it
+            self.first_run(model, self.on_compile_progress or (lambda progress: None))
         from ..config import EngineConfig
         from ..engine.warm_up import CHAT_WARM_UP_TOKENS, warm_up
         from ..engine_factory import make_engine
         from ..registry import resolve_model
 
-        if self.first_run is not None:
-            self.first_run(model, self.on_compile_progress or (lambda progress: None))
         engine = make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **self.engine_options))
         warm_up(engine, CHAT_WARM_UP_TOKENS)  # in the load's spinner: kernels load (or compile) now, not after Enter
         self.chat_template = chat_template_or_none(engine)  # jinja2's import and compile: 0.16 s, once, not per turn

@@ -15,17 +15,19 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-
-import numba
+from typing import TYPE_CHECKING
 
 from ..sampling_params import SamplingParams
-from .llm_engine import LLMEngine
 from .outputs import GenerationChunk
 from .request_stream import RequestStream
+
+if TYPE_CHECKING:  # the engine (numba, the kernels) loads with the first model: a chat's first run comes before
+    from .llm_engine import LLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,12 @@ class _Tracked:
     sink: Sink
 
 
+def creator_num_threads() -> int | None:
+    """numba's thread count on this thread; None where numba is not loaded yet (nothing set one: its default)."""
+    numba = sys.modules.get("numba")
+    return numba.get_num_threads() if numba is not None else None
+
+
 class EngineLoop:
     def __init__(self, engine: LLMEngine | None = None, log_step_errors: bool = True):
         """log_step_errors: log a failed step with its traceback (the server's log); generate and chat show the
@@ -74,7 +82,7 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopping = False
         # numba's thread count (--threads) is per thread: the engine thread takes its creator's
-        self._num_threads = numba.get_num_threads()
+        self._num_threads = creator_num_threads()
 
     # ---- any thread
 
@@ -159,7 +167,10 @@ class EngineLoop:
     # ---- the engine thread
 
     def _run(self) -> None:
-        numba.set_num_threads(self._num_threads)
+        if self._num_threads is not None:
+            import numba
+
+            numba.set_num_threads(self._num_threads)
         try:
             while not self._stopping:
                 self._drain_inbox(block=not self._has_work())
