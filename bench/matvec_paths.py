@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     if args.tier:
         os.environ["POCKET_CPU_TIER"] = args.tier
     os.environ["NUMBA_NUM_THREADS"] = str(max(1, args.threads))
+    # OpenBLAS single-threaded before numpy loads, as pocketcli sets it: its own pool (2 threads here) kept spinning
+    # for a while after each tiled call, and the path timed next (run, first in the order) took 3-24 ms instead of
+    # ~0.1 at 8 tokens on 2 threads; with it, tiled runs as the engine runs it (sgemm on numba's threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import kernels_numba  # noqa: F401  (applies the CPU tier before numba compiles)
     from kernels_numba.cpu.ir.byte_dot import TARGET_KIND
     from kernels_numba.cpu_tier import current_tier

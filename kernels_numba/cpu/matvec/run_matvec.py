@@ -101,29 +101,36 @@ def _new_run_activations(code, n, k):
 
 @njit(cache=True, inline="always")
 def _regroup_row_into(code, quants, scales, t, xr):
-    """Row t of run_activations into xr (its four arrays)."""
+    """Row t of run_activations into xr (its four arrays). A run's slice (LANE_VALUES quants) moves as one int32 word
+    and each run's quant sum is a loop of its own (a byte at a time with the sum in the scatter loop, LLVM kept
+    both scalar). 1 thread, AVX2 tier, AMD EPYC Zen 4, min of 3000: 8 tokens x 576 values 2.00 -> 1.57 us, x 1536
+    4.61-4.76 -> 3.54-3.56 us; 1 token x 576 0.32 -> 0.25 us."""
     grouped, run_scales, run_starts, run_sums = xr
     run_length = run_values(code)
+    words_per_run = run_length // LANE_VALUES
     num_runs = quants.shape[1] // run_length
     zero = zero_point(code)
+    source_row, grouped_row = quants[t], grouped[t]
+    source_words, grouped_words = source_row.view(np.int32), grouped_row.view(np.int32)
     first_run = 0
     while first_run < num_runs:
         width = group_runs(num_runs - first_run)
-        base = first_run * run_length
+        base_word = first_run * words_per_run
         for lane in range(width):
             run = first_run + lane
-            total = np.int32(0)
-            for j in range(run_length // LANE_VALUES):
+            for j in range(words_per_run):
                 position = FOLDED_POSITIONS[j] if width <= FOLDED_MAX_RUNS else j  # x folded like the weights
-                for b in range(LANE_VALUES):
-                    value = quants[t, run * run_length + LANE_VALUES * j + b]
-                    grouped[t, base + LANE_VALUES * (width * position + lane) + b] = value
-                    total += np.int32(value)
-            scale = scales[t, run * run_length // BLOCK_VALUES]
-            run_scales[t, run] = scale
-            run_starts[t, run] = -zero * total
-            run_sums[t, run] = scale * np.float32(total)
+                grouped_words[base_word + width * position + lane] = source_words[run * words_per_run + j]
         first_run += width
+    for run in range(num_runs):
+        run_values_of = source_row[run * run_length:(run + 1) * run_length]
+        total = np.int32(0)
+        for i in range(run_length):
+            total += np.int32(run_values_of[i])
+        scale = scales[t, run * run_length // BLOCK_VALUES]
+        run_scales[t, run] = scale
+        run_starts[t, run] = -zero * total
+        run_sums[t, run] = scale * np.float32(total)
 
 
 PARALLEL_QUANTIZE_TOKENS = 16  # from this many tokens (prefill chunks), the pool quantizes and regroups x
