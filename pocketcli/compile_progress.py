@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kernels_numba.compile_events import CompileEvent, listen_to_compiles
+from kernels_numba.compile_memory import release_memory_around_compiles
 
 TICK_S = 0.2  # 5 reports a second while kernels compile
 QUIET_S = 1.0  # no compile for this long ends a burst
@@ -81,7 +82,9 @@ class CompileWatch:
     """While open (a `with` block), reports each burst of compiles to on_progress: every tick_s while it lasts,
     then once with is_done. on_progress runs on the watch's own thread, never under numba's compiler lock.
     progress_before (kernels, seconds) carries on a count that earlier processes started (commands/first_run.py):
-    the first burst starts from it, as if it began that many seconds before the watch opened."""
+    the first burst starts from it, as if it began that many seconds before the watch opened.
+    While open, each compile also gives back the memory it does not need (kernels_numba/compile_memory.py): every
+    command that may compile kernels opens a watch."""
 
     def __init__(self, on_progress: Callable[[CompileProgress], None], expected_total: int | None = None,
                  tick_s: float = TICK_S, quiet_s: float = QUIET_S, progress_before: tuple[int, float] = (0, 0.0)):
@@ -96,15 +99,18 @@ class CompileWatch:
         self.compiled_seconds = 0.0  # the finished bursts' time, all told (timing lines say what it includes)
         self.is_closing = False
         self._listening = listen_to_compiles(self._record)
+        self._releasing = release_memory_around_compiles()
         self._reporter = threading.Thread(target=self._report_bursts, name="compile-progress", daemon=True)
 
     def __enter__(self) -> CompileWatch:
+        self._releasing.__enter__()
         self._listening.__enter__()
         self._reporter.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
         self._listening.__exit__(None, None, None)
+        self._releasing.__exit__(None, None, None)
         with self.lock:
             self.is_closing = True
             self.lock.notify_all()

@@ -99,6 +99,9 @@ def test_first_run_loads_the_shipped_kernels(default_model_runs, pocket):
     assert second.returncode == 0, second.stderr
     compiled_first = any("data saved to" in line for line in first_log)
     assert compiled_first == (SHIPPED_TIER == "none"), "\n".join(first_log)[-3000:]
+    # no first-run helper processes in the binary (its executable takes no `-c`): the kernels load, or compile here
+    assert "first run:" not in first.stderr, first.stderr[-3000:]
+    assert ("compiled " in first.stderr) == compiled_first, first.stderr[-3000:]  # the progress line's summary
     assert not any("data saved to" in line for line in second_log), "\n".join(second_log)
     for log in (first_log, second_log) if not compiled_first else (second_log,):
         loaded = [line for line in log if "data loaded from" in line]
