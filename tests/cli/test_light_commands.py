@@ -49,7 +49,7 @@ def test_help_imports_no_numpy_gguf_or_llvm():
 
 ENGINE_CHILD = """
 import json, sys
-import pocketcli.commands.generate, pocketcli.engine.engine_loop  # what generate imports before the model: the
+import pocketcli.commands.generate, pocketcli.engine.llm_engine  # what generate imports before the model: the
 # engine, numba, the kernels (the KV row codecs load from numba's cache here)
 print(json.dumps(sorted(sys.modules)))
 """
