@@ -2,7 +2,16 @@
 
 A parallel region costs a thread wake-up (microseconds on an idle machine, a scheduler time slice on a busy
 one), so small calls such as decode-sized norms run on the calling thread.
+
+numba's OpenMP pool (GNU libgomp here) spins ~10 us, not ~3 ms, before a worker sleeps between regions
+(GOMP_SPINCOUNT=1000 against libgomp's 300k, unless the user set it or OMP_WAIT_POLICY): a worker spinning for
+the next region burns the process's share of a busy machine and the thread with work loses its time slice. 1B
+decode step at 2 threads, median, variants alternating (AMD EPYC Zen 4): load 3.5-3.9, default 192.5 / 644.3 ms,
+1000 spins 50.5 / 54.8, passive (no spin) 49.5 / 48.1; load 1.4-1.5, default 27.2 / 26.3, 1000 spins 22.1 /
+26.3, passive 27.9 / 27.6 (a futex wake a region costs when the box is quiet).
 """
+import os
+
 import numba
 from llvmlite import ir
 from numba import njit, types
@@ -17,6 +26,8 @@ CHUNKS_PER_THREAD = 4  # static chunks per thread: some load balance without muc
 
 # the pool's get/set_num_threads symbols exist once the threading layer is loaded; compiled code (also code
 # loaded from numba's cache) links against them
+if "OMP_WAIT_POLICY" not in os.environ:  # libgomp reads these once, when the line below loads it
+    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 _launch_threads()
 
 
