@@ -8,8 +8,9 @@ Q8_0, as rows of 640 values end in, is folded: its 8 slices of weights and of x 
 the same way) fill 2 full vectors, so 2 vpdpbusd leave partial run dots in 16 lanes, and one convert and one FMA
 with the lanes' scales add them in unreduced: ~8 operations a token instead of ~17 (a tail of 2 runs, as rows of
 576 end in: one vector). Q4_K's mins subtract dmin * m * (x scale * x run sum), Q4_1's add m * (x scale * x run
-sum), also one FMA per group. The lanes are summed at the end, always as the same tree (vector_ir.lane_totals:
-the tokens' trees packed side by side). Integer sums are exact, so the two
+sum), also one FMA per group, into the dots' lanes (on 256-bit registers a full group's in a sweep after the row's
+dots). The lanes are summed at the end, always as the same tree (vector_ir.lane_totals: the tokens' trees packed
+side by side). Integer sums are exact, so the two
 dependency chains the slices are split into (for latency) change nothing, and the float operations of a
 (row, token) are the same whatever tokens share the call: one token gets the same bits alone, in a serve batch
 or in a speculative verify pass.
@@ -337,6 +338,15 @@ def _add_products(builder, accumulator, a, b):
 HALF_RUNS = GROUP_RUNS // 2  # the runs of a half group: one ymm register of int32 lanes
 
 
+def _sweeps_mins(run_format, lane_dot):
+    """Whether a row's full groups' mins go in a sweep of their own after the groups' dots (_full_group_mins), at
+    every token count: where some token count goes by halves, whose dots sweep the row twice (so the 1-token loop
+    keeps the same order, for the same bits). Elsewhere each group adds its mins right after its dots, from the
+    same unpacked header (Q4_K's 6-bit scales and mins: a sweep of their own unpacked them twice, Gemma 3 270M
+    pp512 ~0.9x)."""
+    return run_format.has_mins and lane_dot.kind == AVX2 and run_format.num_slices == 8
+
+
 def _goes_by_halves(run_format, lane_dot, num_tokens):
     """Whether the full groups go half group by half group: on 256-bit registers (the avx2 kind) a 16-run group's
     8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's 8-token group loop: 155
@@ -374,12 +384,11 @@ def _half_group_step(run_format, lane_dot, builder, group, first_run, half, xs, 
                            builder.load(accumulator)), accumulator)
 
 
-def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators,
-                           min_totals):
-    """The full groups' dots (and mins) of a row with every token of xs into its 16-lane accumulators, the same
-    float operations lane for lane as group_step's loop (so the same bits), in three sweeps of the row's groups:
-    the low half groups, the high ones, the mins. The row (under 2 KiB) stays in L1 between sweeps; the first
-    prefetches the row stream."""
+def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators):
+    """The full groups' dots of a row with every token of xs into its 16-lane accumulators, the same float
+    operations lane for lane as group_step's loop (so the same bits), in two sweeps of the row's groups: the low
+    half groups, then the high ones. The row (under 2 KiB) stays in L1 between sweeps (and for the mins' sweep
+    after them); the first prefetches the row stream."""
     group_bytes = run_format.group_bytes(GROUP_RUNS)
     zero8 = ir.Constant(_floats(HALF_RUNS), None)
     halves = []
@@ -395,23 +404,31 @@ def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, 
         halves.append([builder.load(accumulator) for accumulator in half_accumulators])
     for t, (low, high) in enumerate(zip(*halves)):
         builder.store(concat(builder, low, high), accumulators[t])
-    if run_format.has_mins:
-        with cgutils.for_range(builder, full_groups) as loop:
-            group = builder.gep(row, [builder.mul(loop.index, _I64(group_bytes))])
-            min_factors = run_format.unpack(builder, group, GROUP_RUNS).min_factors  # the slices' IR is dead
-            for (_, _, _, sums), min_total in zip(xs, min_totals):
-                x_sums = load_vector(builder, builder.gep(sums, [builder.mul(loop.index, _I64(GROUP_RUNS))]),
-                                     _floats(GROUP_RUNS), align=4)
-                _add_products(builder, min_total, min_factors, x_sums)
+
+
+def _full_group_mins(run_format, row, xs, full_groups, builder, accumulators):
+    """accumulators[t] -= the full groups' min factors * token t's x run sums (Q4_1, Q4_K), one FMA a group, in a
+    sweep of their own after the groups' dots (_sweeps_mins)."""
+    group_bytes = run_format.group_bytes(GROUP_RUNS)
+    with cgutils.for_range(builder, full_groups) as loop:
+        group = builder.gep(row, [builder.mul(loop.index, _I64(group_bytes))])
+        min_factors = run_format.unpack(builder, group, GROUP_RUNS).min_factors  # the slices' IR is dead
+        minus_factors = builder.fneg(min_factors)
+        for (_, _, _, sums), accumulator in zip(xs, accumulators):
+            x_sums = load_vector(builder, builder.gep(sums, [builder.mul(loop.index, _I64(GROUP_RUNS))]),
+                                 _floats(GROUP_RUNS), align=4)
+            _add_products(builder, accumulator, minus_factors, x_sums)
 
 
 def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
     """The dots of the row at `row` with each token of xs."""
     zero16 = ir.Constant(_floats(16), None)
-    accumulators = [cgutils.alloca_once_value(builder, zero16) for _ in xs]
-    min_totals = [cgutils.alloca_once_value(builder, zero16) for _ in xs]
+    accumulators = [cgutils.alloca_once_value(builder, zero16) for _ in xs]  # the mins go in too (one lane tree
+    # a row, not two; an 8-token pass holds 8 vectors fewer. Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4, vnni512,
+    # min of 300, alternating: 1536x576 94.5 -> 76.1 us, 576x1536 76.2 -> 66.7, 576x576 39.5 -> 32.2)
+    sweeps_mins = _sweeps_mins(run_format, lane_dot)
 
-    def group_step(first_run, byte_offset, width):
+    def group_step(first_run, byte_offset, width, with_mins):
         """The group of `width` runs starting at run first_run (byte_offset into the row); its lines
         prefetch_bytes further on in the row stream are prefetched (0: these, already in L1, for later tokens)."""
         group_bytes = run_format.group_bytes(width)
@@ -439,33 +456,30 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
                 run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width,
                                                     run_format.max_weight), _floats(width))
                 _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
-            if run_format.has_mins:
+            if with_mins and run_format.has_mins:
                 x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
-                _add_products(builder, min_totals[t], weights.min_factors, x_sums)
+                _add_products(builder, acc, builder.fneg(weights.min_factors), x_sums)
 
     full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
     if _goes_by_halves(run_format, lane_dot, len(xs)):
-        _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators,
-                               min_totals)
+        _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators)
     else:
         with cgutils.for_range(builder, full_groups) as loop:
             offset = builder.mul(loop.index, _I64(run_format.group_bytes(GROUP_RUNS)))
-            group_step(builder.mul(loop.index, _I64(GROUP_RUNS)), offset, GROUP_RUNS)
+            group_step(builder.mul(loop.index, _I64(GROUP_RUNS)), offset, GROUP_RUNS, not sweeps_mins)
+    if sweeps_mins:
+        _full_group_mins(run_format, row, xs, full_groups, builder, accumulators)
     runs_done = builder.mul(full_groups, _I64(GROUP_RUNS))
     bytes_done = builder.mul(full_groups, _I64(run_format.group_bytes(GROUP_RUNS)))
     for width in run_format.widths[1:]:  # the tail: at most one group of each narrower width
         runs_left = builder.sub(num_runs, runs_done)
         has_group = builder.icmp_signed(">=", runs_left, _I64(width))
         with builder.if_then(has_group):
-            group_step(runs_done, bytes_done, width)
+            group_step(runs_done, bytes_done, width, True)
         runs_done = builder.select(has_group, builder.add(runs_done, _I64(width)), runs_done)
         bytes_done = builder.select(has_group, builder.add(bytes_done, _I64(run_format.group_bytes(width))),
                                     bytes_done)
-    dot_totals = lane_totals(builder, [builder.load(accumulator) for accumulator in accumulators])
-    if not run_format.has_mins:
-        return dot_totals
-    min_sums = lane_totals(builder, [builder.load(total) for total in min_totals])
-    return [builder.fsub(total, min_sum) for total, min_sum in zip(dot_totals, min_sums)]
+    return lane_totals(builder, [builder.load(accumulator) for accumulator in accumulators])
 
 
 def row_range_intrinsic(code, num_tokens, kind=None):
