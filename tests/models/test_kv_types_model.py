@@ -11,9 +11,13 @@ from pocketcli.sampling_params import SamplingParams
 from tests.engine.test_prefix_cache_generation import COUNTING_PROMPT, greedy
 from tests.models.test_default_model import RECORDS
 
-# The CPU rounds activations to 8 bits (int8_dot.py): a KV difference of ~1e-3 can tip a value across its grid and
-# move logits by ~0.01-0.1 (see test_prefix_cache_generation), so argmaxes are compared where the top-2 gap is wider.
-NEAR_TIE = 0.25
+# The CPU rounds activations to 8 bits (int8_dot.py): a KV difference of ~1e-3 can tip a value across its grid, and
+# over 18 layers that moves logits far more than the f16 rounding itself. Measured on these three records' 16
+# positions (AMD EPYC Zen 4, before and after the run dots' mins moved into their lanes, d4d4af6): |f16 - f32
+# logits| p99 0.39-0.94, max 0.79-1.73; at 0.25 a gap of 0.68 flipped. Argmaxes are compared where the f32 top-2
+# gap is wider than that spread, and the spread itself is bounded.
+NEAR_TIE = 1.0
+LOGITS_P99_ATOL = 1.5
 
 
 def make_engine(kv_type, **options):
@@ -35,6 +39,7 @@ def test_f16_cache_picks_the_f32_caches_greedy_tokens(engines, record):
     clear = top_two[:, 1] - top_two[:, 0] >= NEAR_TIE
     assert clear.sum() >= len(tokens) // 2
     assert np.array_equal(halved.argmax(-1)[clear], np.asarray(tokens)[clear])
+    assert np.quantile(np.abs(halved - exact), 0.99) < LOGITS_P99_ATOL
 
 
 def test_quantized_prefix_hits_reuse_the_stored_bytes():
