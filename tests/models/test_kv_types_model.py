@@ -12,12 +12,14 @@ from tests.engine.test_prefix_cache_generation import COUNTING_PROMPT, greedy
 from tests.models.test_default_model import RECORDS
 
 # The CPU rounds activations to 8 bits (int8_dot.py): a KV difference of ~1e-3 can tip a value across its grid, and
-# over 18 layers that moves logits far more than the f16 rounding itself. Measured on these three records' 16
-# positions (AMD EPYC Zen 4, before and after the run dots' mins moved into their lanes, d4d4af6): |f16 - f32
-# logits| p99 0.39-0.94, max 0.79-1.73; at 0.25 a gap of 0.68 flipped. Argmaxes are compared where the f32 top-2
-# gap is wider than that spread, and the spread itself is bounded.
+# over 18 layers that moves logits far more than the f16 rounding itself. Measured on these three records, 32
+# positions each (AMD EPYC Zen 4, native and AVX2 tiers, before and after the run dots' mins moved into their
+# lanes, d4d4af6): |f16 - f32 logits| p99 0.34-1.04, max 0.71-2.02; at a 0.25 gap a position 0.68 apart flipped.
+# So argmaxes are compared where the f32 top-2 gap is wider than that spread (16-26 of the 32 positions per
+# record), and the spread itself is bounded.
 NEAR_TIE = 1.0
 LOGITS_P99_ATOL = 1.5
+NUM_TOKENS = 32
 
 
 def make_engine(kv_type, **options):
@@ -31,14 +33,16 @@ def engines():
 
 @pytest.mark.parametrize("record", RECORDS[:3], ids=[r["name"] for r in RECORDS[:3]])
 def test_f16_cache_picks_the_f32_caches_greedy_tokens(engines, record):
+    """Both caches score the f32 cache's greedy continuation (the same prefill path, teacher-forced): the f16 one
+    picks the f32 one's token wherever that is not a near-tie, and their logits stay within the measured spread."""
     prompt = record["prompt_ids"][:200]
-    tokens = greedy(engines["f32"], prompt, n=16)
+    tokens = greedy(engines["f32"], prompt, n=NUM_TOKENS)
     exact = engines["f32"].score(prompt + tokens[:-1], first_position=len(prompt) - 1)
     halved = engines["f16"].score(prompt + tokens[:-1], first_position=len(prompt) - 1)
     top_two = np.sort(exact, axis=1)[:, -2:]
     clear = top_two[:, 1] - top_two[:, 0] >= NEAR_TIE
-    assert clear.sum() >= len(tokens) // 2
-    assert np.array_equal(halved.argmax(-1)[clear], np.asarray(tokens)[clear])
+    assert clear.sum() >= len(tokens) // 4
+    assert np.array_equal(halved.argmax(-1)[clear], exact.argmax(-1)[clear])
     assert np.quantile(np.abs(halved - exact), 0.99) < LOGITS_P99_ATOL
 
 
