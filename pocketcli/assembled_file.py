@@ -13,7 +13,6 @@ written again (`overwrite=True`).
 """
 from __future__ import annotations
 
-import fcntl
 import importlib
 import inspect
 import json
@@ -23,6 +22,11 @@ import tempfile
 from pathlib import Path
 
 from .paths import cache_dir
+
+try:
+    import fcntl
+except ImportError:  # Windows: assemble unlocked, as the package itself does
+    fcntl = None
 
 
 def assembled_path(module_name: str) -> str:
@@ -52,10 +56,13 @@ class _assemble_lock:
     """An exclusive flock on a per-user file in the temp dir, shared by every process whatever its env."""
 
     def __init__(self, module_name: str):
-        self.path = Path(tempfile.gettempdir()) / f"pocketllm-{os.getuid()}-assemble-{module_name}.lock"
+        user = getattr(os, "getuid", lambda: "user")()
+        self.path = Path(tempfile.gettempdir()) / f"pocketllm-{user}-assemble-{module_name}.lock"
         self.fd = -1
 
     def __enter__(self):
+        if fcntl is None:
+            return self
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
