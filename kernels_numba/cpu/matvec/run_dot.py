@@ -340,20 +340,26 @@ HALF_RUNS = GROUP_RUNS // 2  # the runs of a half group: one ymm register of int
 
 def _sweeps_mins(run_format, lane_dot):
     """Whether a row's full groups' mins go in a sweep of their own after the groups' dots (_full_group_mins), at
-    every token count: where some token count goes by halves, whose dots sweep the row twice (so the 1-token loop
+    every token count: where multi-token passes go by halves, whose dots sweep the row twice (so the 1-token loop
     keeps the same order, for the same bits). Elsewhere each group adds its mins right after its dots, from the
     same unpacked header (Q4_K's 6-bit scales and mins: a sweep of their own unpacked them twice, Gemma 3 270M
     pp512 ~0.9x)."""
-    return run_format.has_mins and lane_dot.kind == AVX2 and run_format.num_slices == 8
+    return run_format.has_mins and _has_half_group_passes(run_format, lane_dot)
 
 
 def _goes_by_halves(run_format, lane_dot, num_tokens):
-    """Whether the full groups go half group by half group: on 256-bit registers (the avx2 kind) a 16-run group's
-    8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's 8-token group loop: 155
-    spill moves in 568 instructions, a load each beside the x operands); a half group's 8 vectors mostly can (46
-    in 459). Q6_K's 4 slices already fit (8 ymm), and unpacking them twice costs more than its spills (384
-    instructions against 337). One token keeps the plain loop (its time is the weight stream)."""
-    return lane_dot.kind == AVX2 and num_tokens > 1 and run_format.num_slices == 8
+    """Whether the full groups go half group by half group: multi-token passes where _has_half_group_passes. One
+    token keeps the plain loop (its time is the weight stream)."""
+    return num_tokens > 1 and _has_half_group_passes(run_format, lane_dot)
+
+
+def _has_half_group_passes(run_format, lane_dot):
+    """Whether this format's multi-token passes go half group by half group: on 256-bit registers (the avx2 kind) a
+    16-run group's 8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's 8-token group
+    loop: 155 spill moves in 568 instructions, a load each beside the x operands); a half group's 8 vectors mostly
+    can (46 in 459). Q6_K's 4 slices already fit (8 ymm), and unpacking them twice costs more than its spills (384
+    instructions against 337)."""
+    return lane_dot.kind == AVX2 and run_format.num_slices == 8
 
 
 def _half(builder, vector, half):
