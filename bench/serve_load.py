@@ -10,11 +10,15 @@ process's CPU time per generated token.
 
 Each round runs every level in turn; a level's ratio is to the first level of the same round (seconds apart, so
 the drift of a shared machine's speed between them is small), and with several rounds the median per level.
+Where the server is `pocket serve`, each level also prints its engine steps as the server ran them (its /metrics:
+mean wall time and batch): against `bench/profile_serve_step.py` (the same steps alone) they show what the HTTP
+work and the clients beside the engine cost it.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -158,7 +162,7 @@ def main() -> int:
         for round_number in range(1, args.rounds + 1):
             base = span_base = None
             for level in args.concurrency:
-                row = measure_level(client, model, level, args.max_tokens, server)
+                row = measure_level(client, model, level, args.max_tokens, server, base_url)
                 base = base or row["agg_tok_s"]
                 span_base = span_base or row["span_tok_s"]
                 ratios[level].append(row["agg_tok_s"] / base)
@@ -167,7 +171,7 @@ def main() -> int:
                       f"({row['agg_tok_s'] / base:4.2f}x; {row['window_seconds']:.1f} s with all streams decoding), "
                       f"span {row['span_tok_s']:7.2f} ({row['span_tok_s'] / span_base:4.2f}x), "
                       f"TTFT p50 {row['ttft_p50']:.2f} s, p99 {row['ttft_p99']:.2f} s{row['server_cpu']}, "
-                      f"client CPU {row['client_ms']:.2f} ms/token", flush=True)
+                      f"client CPU {row['client_ms']:.2f} ms/token{row['engine_steps']}", flush=True)
         if args.rounds > 1:
             for level in args.concurrency:
                 print(f"median of {args.rounds} rounds, concurrency {level:3d}: "
@@ -185,14 +189,44 @@ def main() -> int:
     return 0
 
 
-def measure_level(client, model, level: int, max_tokens: int, server: subprocess.Popen | None) -> dict:
-    """run_level, plus the server's and this client's CPU time per generated token."""
+def measure_level(client, model, level: int, max_tokens: int, server: subprocess.Popen | None,
+                  base_url: str) -> dict:
+    """run_level, plus the server's and this client's CPU time per generated token and the server's engine
+    steps."""
     cpu_before = process_cpu_seconds(server.pid) if server else None
     client_before = process_cpu_seconds(os.getpid())
+    steps_before = engine_steps(base_url)
     row = run_level(client, model, level, max_tokens)
     row["client_ms"] = 1e3 * (process_cpu_seconds(os.getpid()) - client_before) / (level * max_tokens)
     row["server_cpu"] = _server_cpu(server, cpu_before, level * max_tokens)
+    row["engine_steps"] = _engine_steps_text(steps_before, engine_steps(base_url))
     return row
+
+
+STEP_METRICS = ("pocket_engine_step_seconds_count", "pocket_engine_step_seconds_sum",
+                "pocket_engine_step_sequences_total")
+
+
+def engine_steps(base_url: str) -> tuple[float, float, float] | None:
+    """(steps, their seconds, their sequences) so far from `pocket serve`'s /metrics; None from another server."""
+    try:
+        with urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None
+    values = dict(re.findall(r"^(pocket_engine_step_\w+) (\S+)$", text, re.MULTILINE))
+    if not all(name in values for name in STEP_METRICS):
+        return None
+    return tuple(float(values[name]) for name in STEP_METRICS)
+
+
+def _engine_steps_text(before: tuple[float, float, float] | None, after: tuple[float, float, float] | None) -> str:
+    """', engine step X ms at batch Y' over a level (prompts' steps included), or '' without the metrics."""
+    if before is None or after is None or after[0] <= before[0]:
+        return ""
+    steps = after[0] - before[0]
+    return (f", engine step {1e3 * (after[1] - before[1]) / steps:.1f} ms at batch "
+            f"{(after[2] - before[2]) / steps:.1f}")
 
 
 def _server_cpu(server: subprocess.Popen | None, cpu_before: float | None, num_tokens: int) -> str:

@@ -17,6 +17,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 StreamItem = GenerationChunk | Exception | None
 Sink = Callable[[StreamItem], None]
+# called on the engine thread after each step that gave sequences tokens: (the step's wall seconds, sequences given
+# tokens, tokens given); it must not block (the server's /metrics: ServerMetrics.observe_step)
+StepObserver = Callable[[float, int, int], None]
 
 _request_counter = itertools.count()
 
@@ -77,6 +81,7 @@ class EngineLoop:
         error their request gets as one line instead."""
         self.engine = engine  # None until load() has run
         self.log_step_errors = log_step_errors
+        self._step_observers: tuple[StepObserver, ...] = ()  # replaced whole: the engine thread reads it unlocked
         self._inbox: queue.Queue = queue.Queue()
         self._tracked: dict[int, _Tracked] = {}  # seq_id -> request; touched only by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
@@ -89,6 +94,13 @@ class EngineLoop:
     def start(self) -> "EngineLoop":
         self._thread.start()
         return self
+
+    def add_step_observer(self, observer: StepObserver) -> None:
+        """Tell observer each step's time and batch from now on (StepObserver)."""
+        self._step_observers = (*self._step_observers, observer)
+
+    def remove_step_observer(self, observer: StepObserver) -> None:
+        self._step_observers = tuple(known for known in self._step_observers if known is not observer)
 
     def submit(self, request: Request, sink: Sink | None = None) -> queue.Queue | None:
         """Queue a request; without a sink, returns the queue.Queue its stream items arrive on. A sink is called
@@ -234,6 +246,7 @@ class EngineLoop:
                 self._end(seq_id, tracked.stream.aborted())
 
     def _step(self) -> None:
+        started = time.perf_counter()
         try:
             outputs = self.engine.step()
         except Exception as exc:  # an engine failure fails the requests in flight, not the server
@@ -241,6 +254,8 @@ class EngineLoop:
                 log.exception("engine step failed")
             self._fail_all(exc)
             return
+        self._observe_step(time.perf_counter() - started, outputs)  # before the chunks: a finished request's
+        # client then finds its last step in /metrics
         for output in outputs:
             tracked = self._tracked.get(output.seq_id)
             if tracked is None:
@@ -250,6 +265,18 @@ class EngineLoop:
                 self._end(output.seq_id, chunk)
             elif not _deliver(tracked.sink, chunk):
                 self._end(output.seq_id, tracked.stream.aborted())
+
+    def _observe_step(self, step_seconds: float, outputs) -> None:
+        observers = self._step_observers
+        num_tokens = sum(len(output.new_token_ids) for output in outputs)
+        if not observers or not num_tokens:
+            return
+        num_seqs = sum(1 for output in outputs if output.new_token_ids)
+        for observer in observers:
+            try:
+                observer(step_seconds, num_seqs, num_tokens)
+            except Exception:  # an observer's failure must not stop the engine
+                log.exception("step observer failed")
 
     def _end(self, seq_id: int, last_chunk: GenerationChunk) -> None:
         tracked = self._tracked.pop(seq_id)

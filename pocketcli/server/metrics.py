@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from ..engine.engine_loop import EngineStats
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+STEP_BUCKETS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 
 
 class ServerMetrics:
@@ -26,6 +27,16 @@ class ServerMetrics:
                              buckets=LATENCY_BUCKETS, registry=registry)
         self.e2e = Histogram("pocket_e2e_request_latency_seconds", "Time from request to last token",
                              buckets=LATENCY_BUCKETS, registry=registry)
+        # the engine's steps as the server runs them: with the HTTP work and the clients beside them (compare with
+        # bench/profile_serve_step.py, the same steps alone); a step's sequences / its tokens give the batch
+        self.step_seconds = Histogram("pocket_engine_step_seconds",
+                                      "Wall time of one engine step (schedule, forward, logits, sampling) that gave "
+                                      "sequences tokens", buckets=STEP_BUCKETS, registry=registry)
+        self.step_sequences = Counter("pocket_engine_step_sequences",
+                                      "Sequences given tokens, summed over engine steps (/ steps: the mean batch)",
+                                      registry=registry)
+        self.step_tokens = Counter("pocket_engine_step_tokens", "Tokens given to sequences by engine steps",
+                                   registry=registry)
         self.running = Gauge("pocket_num_requests_running", "Sequences running in the engine", registry=registry)
         self.waiting = Gauge("pocket_num_requests_waiting", "Sequences waiting in the engine", registry=registry)
         self.blocks_used = Gauge("pocket_kv_blocks_used", "KV cache blocks held by sequences", registry=registry)
@@ -43,6 +54,12 @@ class ServerMetrics:
             ("rounds", "Speculative verification rounds with at least one draft token"),
             ("acceptance_rate", "Accepted / proposed draft tokens"),
             ("mean_accepted_length", "Tokens emitted per verification round, bonus/correction token counted"))}
+
+    def observe_step(self, seconds: float, num_seqs: int, num_tokens: int) -> None:
+        """An engine step (engine_loop.StepObserver; called on the engine thread)."""
+        self.step_seconds.observe(seconds)
+        self.step_sequences.inc(num_seqs)
+        self.step_tokens.inc(num_tokens)
 
     def render(self, stats: EngineStats | None) -> bytes:
         if stats is not None:

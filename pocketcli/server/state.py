@@ -35,8 +35,9 @@ class ServerState:
         return self.engine_loop is not None and self.engine_loop.is_alive
 
     def attach(self, engine_loop: EngineLoop, chat_template: ChatTemplate | None = None) -> None:
-        """Serve with this (started) engine loop; until then /health answers 503."""
+        """Serve with this (started) engine loop; until then /health answers 503. Its steps go to /metrics."""
         engine = engine_loop.engine
+        engine_loop.add_step_observer(self.metrics.observe_step)
         if chat_template is None:
             chat_template = default_chat_template(engine)
         defaults = model_sampling_defaults(engine.model_file.metadata) if self.use_model_defaults else {}

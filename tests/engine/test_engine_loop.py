@@ -164,3 +164,37 @@ def test_load_builds_the_engine_on_the_loop_thread_and_replaces_the_one_before()
         assert list(engine_loop.stream(Request(ids, GREEDY)))[-1].finish_reason == "length"
     finally:
         engine_loop.stop()
+
+
+def test_each_step_is_told_to_the_step_observer(loop):
+    steps = []
+
+    def observe(seconds, num_seqs, num_tokens):
+        steps.append((seconds, num_seqs, num_tokens))
+    loop.add_step_observer(observe)
+    try:
+        outputs = [loop.submit(Request(prompt(loop, text), GREEDY)) for text in ("Once upon a time", "The sky is")]
+        for out in outputs:
+            drain(out)
+    finally:
+        loop.remove_step_observer(observe)
+    assert sum(num_tokens for _, _, num_tokens in steps) == 2 * GREEDY.max_tokens
+    assert all(seconds > 0 and 1 <= num_seqs <= 2 and num_seqs <= num_tokens for seconds, num_seqs, num_tokens in steps)
+
+
+def test_a_failing_step_observer_leaves_the_loop_running(loop):
+    def fail(*_):
+        raise RuntimeError("observer bug")
+    steps = []
+
+    def observe(*step):
+        steps.append(step)
+    loop.add_step_observer(fail)
+    loop.add_step_observer(observe)
+    try:
+        chunks = drain(loop.submit(Request(prompt(loop), GREEDY)))
+    finally:
+        loop.remove_step_observer(fail)
+        loop.remove_step_observer(observe)
+    assert chunks[-1].finish_reason == "length" and loop.is_alive
+    assert sum(num_tokens for _, _, num_tokens in steps) == GREEDY.max_tokens  # the next observer still hears
