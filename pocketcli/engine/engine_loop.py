@@ -268,8 +268,10 @@ class EngineLoop:
 
     def _observe_step(self, step_seconds: float, outputs) -> None:
         observers = self._step_observers
+        if not observers:  # generate and chat: nothing to count
+            return
         num_tokens = sum(len(output.new_token_ids) for output in outputs)
-        if not observers or not num_tokens:
+        if not num_tokens:
             return
         num_seqs = sum(1 for output in outputs if output.new_token_ids)
         for observer in observers:
