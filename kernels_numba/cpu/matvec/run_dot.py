@@ -3,14 +3,19 @@
 For each group of G runs of a row (16; a row's tail 8, then 4, then 2) and each token: the lanes start from
 -zero_point * the run's sum of x quants, R/4 vpdpbusd (weights unsigned, x signed) add the run's integer dot into
 its lane, then one convert and one FMA with (weight run scale * x run scale) add the group into the (row, token)'s
-16 float lanes (an 8-run group's narrower product is added to the low lanes). A tail of 4 runs of Q5_0, Q4_0 or
+16 float lanes (a narrower group's product is added to the low lanes). A tail of 4 runs of Q5_0, Q4_0, Q4_1 or
 Q8_0, as rows of 640 values end in, is folded: its 8 slices of weights and of x (run_activations lays x's tail out
 the same way) fill 2 full vectors, so 2 vpdpbusd leave partial run dots in 16 lanes, and one convert and one FMA
 with the lanes' scales add them in unreduced: ~8 operations a token instead of ~17 (a tail of 2 runs, as rows of
-576 end in: one vector). Q4_K's mins subtract dmin * m * (x scale * x run sum), Q4_1's add m * (x scale * x run
-sum), also one FMA per group, into the dots' lanes (on 256-bit registers a full group's in a sweep after the row's
-dots). The lanes are summed at the end, always as the same tree (vector_ir.lane_totals: the tokens' trees packed
-side by side). Integer sums are exact, so the two
+576 end in: one vector). With 256-bit registers (avx2, avxvnni, and the portable IR) the folded dots end in 8
+lanes instead (_folded_run_ints): every 32-byte piece holds the same runs at the same lanes, so on AVX2 the
+pieces' vpmaddubsw words add up before one vpmaddwd, then one convert and one FMA a token (AMD EPYC Zen 4 at the
+AVX2 tier, 1 thread, 8 tokens, in-process A/B: SmolLM2 Q4_1 1536x576 / 576x576 / 192x576 0.94x the time, Gemma
+3 270M Q5_0 2048x640 / 1024x640 / 256x640 0.89-0.95x, the Q8_0 heads 0.95x / 0.99x; 1 token and vnni512 the
+same). Q4_K's mins subtract dmin * m * (x scale * x run sum), Q4_1's add m * (x scale * x run sum), also one FMA
+per group, into the dots' lanes (on 256-bit registers a full group's in a sweep after the row's dots). The lanes
+are summed at the end, always as the same tree (vector_ir.lane_totals: the tokens' trees packed side by side).
+Integer sums are exact, so the two
 dependency chains the slices are split into (for latency) change nothing, and the float operations of a
 (row, token) are the same whatever tokens share the call: one token gets the same bits alone, in a serve batch
 or in a speculative verify pass.
@@ -37,7 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.ir.byte_dot import AVX2, best_byte_dot, byte_dot
+from kernels_numba.cpu.ir.byte_dot import AVX2, VNNI512, best_byte_dot, byte_dot
 from kernels_numba.cpu.matvec.int8_dot import _q4_k_scales_and_mins
 from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_SLICES, GROUP_RUNS, ZERO_POINTS
 from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
@@ -96,6 +101,7 @@ class GroupWeights:
 
 
 FOLDED_WIDTH = FOLDED_MAX_RUNS  # groups this narrow (a row's tail) fold their 8 slices into full vectors
+HALF_RUNS = GROUP_RUNS // 2  # the runs of a half group: one ymm register of int32 lanes
 
 
 def _folded_nibbles(builder, group, width, header_bytes=None):
@@ -165,23 +171,45 @@ def _q4_1_folded(builder, group, width):
                         _q4_1_mins(builder, group, width), True)
 
 
-def _folded_run_dots(builder, lane_dot, weights, x_values, starts):
-    """The integer dots of a folded group with one token, left in 16 lanes: x's tail lies folded like the
-    weights (run_matvec.run_activations: the even slices, then the odd ones), so 2 vpdpbusd (one for 2 runs)
-    give lane G*m + r = run r over slice (pair) m; the run starts (G lanes) seed lanes 0..G-1. Integer sums,
-    exact."""
-    lanes = _pad(builder, starts)
-    for h, w_slices in enumerate(weights.slices):
-        lanes = lane_dot.add(builder, lanes, w_slices, load_vector(builder, builder.gep(x_values, [_I64(64 * h)]),
-                                                                   _bytes(16)))
-    return lanes
+def folded_lanes(kind):
+    """The lanes a folded group's dots end in with the lane dot of `kind`, one register's worth: 16 with 512-bit
+    registers (vnni512: a vpdpbusd a vector, as many lanes as the accumulators), else 8 (one ymm; on AVX2 the
+    pieces' vpmaddubsw words then add up before one vpmaddwd). Kinds with the same count give the same bits."""
+    return GROUP_RUNS if kind == VNNI512 else HALF_RUNS
 
 
-def _repeated(builder, vector):
-    """A folded group's 4- or 2-lane vector repeated into 16 lanes (lane G*m + r = lane r), as its dots' lanes
-    are."""
+def _byte_halves(builder, vector):
+    """A byte vector's two halves (a 64-byte vector's 32-byte pieces: one ymm register each)."""
+    count = vector.type.count // 2
+    return [builder.shuffle_vector(vector, vector, ir.Constant(_ints(count), list(range(h * count, (h + 1) * count))))
+            for h in range(2)]
+
+
+def _folded_run_ints(builder, lane_dot, weights, x_values, starts, max_weight):
+    """The integer dots of a folded group with one token, left in folded_lanes(kind) lanes: lane j holds a part of
+    run j % G's dot, the run starts (G lanes) seeding lanes 0..G-1. x's tail lies folded like the weights
+    (run_matvec.run_activations: the even slices, then the odd ones), so their 64-byte vectors line up lane for
+    lane (lane G*m + r of a vector is run r). 16 lanes: a lane dot a vector pair. 8 lanes: every 32-byte piece
+    holds run j % G at int32 lane j, so the lane dots of all the pieces add into one 8-lane vector, on AVX2 as
+    the words of one vpmaddubsw chain (4-bit and 5-bit weights: ByteDot.sum_slices). Integer sums, exact."""
+    x_vectors = [load_vector(builder, builder.gep(x_values, [_I64(64 * h)]), _bytes(16))
+                 for h in range(len(weights.slices))]
+    num_lanes = folded_lanes(lane_dot.kind)
+    if num_lanes == GROUP_RUNS:
+        lanes = _padded(builder, starts, GROUP_RUNS)
+        for w_vector, x_vector in zip(weights.slices, x_vectors):
+            lanes = lane_dot.add(builder, lanes, w_vector, x_vector)
+        return lanes
+    pairs = []
+    for w_vector, x_vector in zip(weights.slices, x_vectors):
+        pairs += zip(_byte_halves(builder, w_vector), _byte_halves(builder, x_vector))
+    return lane_dot.sum_slices(builder, _padded(builder, starts, num_lanes), pairs, max_weight)
+
+
+def _repeated(builder, vector, count):
+    """A G-lane vector repeated into `count` lanes (lane j = lane j % G), as a folded group's dots' lanes are."""
     width = vector.type.count
-    return builder.shuffle_vector(vector, vector, ir.Constant(_ints(16), [i % width for i in range(16)]))
+    return builder.shuffle_vector(vector, vector, ir.Constant(_ints(count), [i % width for i in range(count)]))
 
 
 def _q5_0_group(builder, group, width):
@@ -257,6 +285,7 @@ class RunFormat:
     has_mins: bool = False  # Q4_K: values d * sc * q - dmin * m
     unpack_folded: Callable | None = None  # (builder, group pointer, 4 or 2) -> a folded group's GroupWeights
     max_weight: int = 255  # the largest unsigned quant: how many slices' 16-bit products the avx2 dots may add
+    loads_mins: bool = False  # its min factors are loaded as they lie (Q4_1's f16 mins), not unpacked (Q4_K's)
 
     @property
     def num_slices(self):
@@ -272,20 +301,19 @@ RUN_FORMATS = {
                          max_weight=15),
     qt.R_Q6_K: RunFormat(16, ZERO_POINTS[qt.R_Q6_K], lambda width: 210, _q6_k_group, (16,), max_weight=63),
     qt.R_Q4_1: RunFormat(32, ZERO_POINTS[qt.R_Q4_1], lambda width: 20 * width, _q4_1_group, (16, 8, 4, 2), True,
-                         unpack_folded=_q4_1_folded, max_weight=15),
+                         unpack_folded=_q4_1_folded, max_weight=15, loads_mins=True),
     qt.R_Q8_0: RunFormat(32, ZERO_POINTS[qt.R_Q8_0], lambda width: 34 * width, _q8_0_group, (16, 8, 4, 2),
                          unpack_folded=_q8_0_folded),
 }
 
 
-def _pad(builder, vector):
-    """A narrower float vector as 16 lanes, zero above."""
+def _padded(builder, vector, count):
+    """A vector as `count` lanes (at least its own), zero above."""
     width = vector.type.count
-    if width == GROUP_RUNS:
+    if width == count:
         return vector
-    wide = builder.shuffle_vector(vector, ir.Constant(vector.type, None),
-                                  ir.Constant(_ints(2 * width), list(range(2 * width))))
-    return _pad(builder, wide)
+    indices = list(range(width)) + [width] * (count - width)  # lane `width`: the zero vector's first
+    return builder.shuffle_vector(vector, ir.Constant(vector.type, None), ir.Constant(_ints(count), indices))
 
 
 def _token_pointers(context, builder, x_types, x_arrays, first_token, num_tokens):
@@ -327,15 +355,26 @@ def _run_ints(builder, lane_dot, weights, x_values, starts, width, max_weight):
     return lane_dot.sum_slices(builder, starts, list(zip(weights.slices, x_slices)), max_weight)
 
 
-def _add_products(builder, accumulator, a, b):
-    """accumulator (16 float lanes) += a * b: one FMA for a full group, a narrower product into the low lanes."""
+def _add_products(builder, accumulator, a, b, register_lanes):
+    """accumulator (16 float lanes) += a * b: one FMA for a full group. A narrower product, with 8-lane registers,
+    into the low 8 lanes alone (one FMA for 8 lanes, a multiply and an add for fewer: the high register is left as
+    it is); with 16-lane registers padded with zeros (a multiply and an add). Adding zeros leaves a lane's bits as
+    they are (no lane is ever -0.0: they start from +0.0), so both give the same bits for the same products."""
     if a.type.count == GROUP_RUNS:
         builder.store(_fma(builder, a, b, builder.load(accumulator)), accumulator)
+        return
+    lanes = builder.load(accumulator)
+    if register_lanes == GROUP_RUNS:
+        builder.store(builder.fadd(lanes, _padded(builder, builder.fmul(a, b), GROUP_RUNS)), accumulator)
+        return
+    low = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(HALF_RUNS), list(range(HALF_RUNS))))
+    if a.type.count == HALF_RUNS:
+        low = _fma(builder, a, b, low)
     else:
-        builder.store(builder.fadd(builder.load(accumulator), _pad(builder, builder.fmul(a, b))), accumulator)
-
-
-HALF_RUNS = GROUP_RUNS // 2  # the runs of a half group: one ymm register of int32 lanes
+        low = builder.fadd(low, _padded(builder, builder.fmul(a, b), HALF_RUNS))
+    wide = _padded(builder, low, GROUP_RUNS)
+    builder.store(builder.shuffle_vector(wide, lanes, ir.Constant(_ints(GROUP_RUNS), list(range(HALF_RUNS)) + list(
+        range(GROUP_RUNS + HALF_RUNS, 2 * GROUP_RUNS)))), accumulator)
 
 
 def _sweeps_mins(run_format, lane_dot):
@@ -414,16 +453,32 @@ def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, 
 
 def _full_group_mins(run_format, row, xs, full_groups, builder, accumulators):
     """accumulators[t] -= the full groups' min factors * token t's x run sums (Q4_1, Q4_K), one FMA a group, in a
-    sweep of their own after the groups' dots (_sweeps_mins)."""
+    sweep of their own after the groups' dots (_sweeps_mins). Several tokens go half group by half group, like
+    their dots: 8 tokens' 16-lane accumulators and the factors are 17 ymm, one more than AVX2 has (LLVM rotated 16
+    of them through the registers each group: 59 instructions a group instead of ~20); each lane gets the same FMAs
+    in the same order either way. Q4_K's mins (unpacked from 6 bits, ~15 operations a group) keep one sweep:
+    unpacking them twice cost more than the rotation (Gemma 3 270M 640x1024 at 8 tokens ~1.05x the time)."""
     group_bytes = run_format.group_bytes(GROUP_RUNS)
-    with cgutils.for_range(builder, full_groups) as loop:
-        group = builder.gep(row, [builder.mul(loop.index, _I64(group_bytes))])
-        min_factors = run_format.unpack(builder, group, GROUP_RUNS).min_factors  # the slices' IR is dead
-        minus_factors = builder.fneg(min_factors)
-        for (_, _, _, sums), accumulator in zip(xs, accumulators):
-            x_sums = load_vector(builder, builder.gep(sums, [builder.mul(loop.index, _I64(GROUP_RUNS))]),
-                                 _floats(GROUP_RUNS), align=4)
-            _add_products(builder, accumulator, minus_factors, x_sums)
+    halves = range(2) if len(xs) > 1 and run_format.loads_mins else (None,)
+    loaded = [builder.load(accumulator) for accumulator in accumulators]
+    parts = []
+    for half in halves:
+        lanes = GROUP_RUNS if half is None else HALF_RUNS
+        part_accumulators = [cgutils.alloca_once_value(builder, value if half is None else _half(builder, value, half))
+                             for value in loaded]
+        with cgutils.for_range(builder, full_groups) as loop:
+            group = builder.gep(row, [builder.mul(loop.index, _I64(group_bytes))])
+            minus_factors = builder.fneg(run_format.unpack(builder, group, GROUP_RUNS).min_factors)  # slices: dead
+            first_lane = builder.mul(loop.index, _I64(GROUP_RUNS))
+            if half is not None:
+                minus_factors = _half(builder, minus_factors, half)
+                first_lane = builder.add(first_lane, _I64(HALF_RUNS * half))
+            for (_, _, _, sums), accumulator in zip(xs, part_accumulators):
+                x_sums = load_vector(builder, builder.gep(sums, [first_lane]), _floats(lanes), align=4)
+                builder.store(_fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
+        parts.append([builder.load(accumulator) for accumulator in part_accumulators])
+    for t, accumulator in enumerate(accumulators):
+        builder.store(parts[0][t] if half is None else concat(builder, parts[0][t], parts[1][t]), accumulator)
 
 
 def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
@@ -433,6 +488,8 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
     # a row, not two; an 8-token pass holds 8 vectors fewer. Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4, vnni512,
     # min of 300, alternating: 1536x576 94.5 -> 76.1 us, 576x1536 76.2 -> 66.7, 576x576 39.5 -> 32.2)
     sweeps_mins = _sweeps_mins(run_format, lane_dot)
+
+    register_lanes = folded_lanes(lane_dot.kind)
 
     def group_step(first_run, byte_offset, width, with_mins):
         """The group of `width` runs starting at run first_run (byte_offset into the row); its lines
@@ -444,7 +501,6 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
             prefetch(builder, builder.gep(group, [builder.add(prefetch_bytes, _I64(line))]))
         if width <= FOLDED_WIDTH and run_format.unpack_folded is not None:
             weights = run_format.unpack_folded(builder, group, width)
-            lane_scales = _repeated(builder, weights.scales)  # once a row: scale of run r at lanes G*m + r
         else:
             weights = run_format.unpack(builder, group, width)
         for t, (quants, scales, starts, sums) in enumerate(xs):
@@ -453,18 +509,18 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
                           if lane_dot.uses_starts else ir.Constant(_ints(width), None))
             x_scales = load_vector(builder, builder.gep(scales, [first_run]), _floats(width), align=4)
             acc = accumulators[t]
-            if weights.is_folded:  # 16 lanes of partial run dots, each lane with its run's scales
-                lanes = builder.sitofp(_folded_run_dots(builder, lane_dot, weights, x_values, run_starts),
-                                       _floats(16))
-                lane_products = builder.fmul(lane_scales, _repeated(builder, x_scales))
-                builder.store(_fma(builder, lanes, lane_products, builder.load(acc)), acc)
+            if weights.is_folded:  # lanes of partial run dots, each lane with its run's scales
+                lanes = builder.sitofp(_folded_run_ints(builder, lane_dot, weights, x_values, run_starts,
+                                                        run_format.max_weight), _floats(register_lanes))
+                lane_products = _repeated(builder, builder.fmul(weights.scales, x_scales), register_lanes)
+                _add_products(builder, acc, lanes, lane_products, register_lanes)
             else:
                 run_dots = builder.sitofp(_run_ints(builder, lane_dot, weights, x_values, run_starts, width,
                                                     run_format.max_weight), _floats(width))
-                _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales))
+                _add_products(builder, acc, run_dots, builder.fmul(weights.scales, x_scales), register_lanes)
             if with_mins and run_format.has_mins:
                 x_sums = load_vector(builder, builder.gep(sums, [first_run]), _floats(width), align=4)
-                _add_products(builder, acc, builder.fneg(weights.min_factors), x_sums)
+                _add_products(builder, acc, builder.fneg(weights.min_factors), x_sums, register_lanes)
 
     full_groups = builder.udiv(num_runs, _I64(GROUP_RUNS))
     if _goes_by_halves(run_format, lane_dot, len(xs)):
