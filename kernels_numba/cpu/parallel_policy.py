@@ -3,12 +3,17 @@
 A parallel region costs a thread wake-up (microseconds on an idle machine, a scheduler time slice on a busy
 one), so small calls such as decode-sized norms run on the calling thread.
 
-numba's OpenMP pool (GNU libgomp here) spins ~10 us, not ~3 ms, before a worker sleeps between regions
-(GOMP_SPINCOUNT=1000 against libgomp's 300k, unless the user set it or OMP_WAIT_POLICY): a worker spinning for
-the next region burns the process's share of a busy machine and the thread with work loses its time slice. 1B
-decode step at 2 threads, median, variants alternating (AMD EPYC Zen 4): load 3.5-3.9, default 192.5 / 644.3 ms,
-1000 spins 50.5 / 54.8, passive (no spin) 49.5 / 48.1; load 1.4-1.5, default 27.2 / 26.3, 1000 spins 22.1 /
-26.3, passive 27.9 / 27.6 (a futex wake a region costs when the box is quiet).
+numba's OpenMP pool (GNU libgomp here) spins ~150 us, not ~7 ms, before a worker sleeps between regions
+(GOMP_SPINCOUNT=6000 against libgomp's 300k, unless the user set it or OMP_WAIT_POLICY; a spin is one `pause`,
+~25 ns on AMD Zen 4): a worker spinning for the next region burns the process's share of a busy machine and the
+thread with work loses its time slice. 1B decode step at 2 threads, median, variants alternating (AMD EPYC Zen 4):
+load 3.5-3.9, default 192.5 / 644.3 ms, 1000 spins 50.5 / 54.8, passive (no spin) 49.5 / 48.1; load 1.4-1.5,
+default 27.2 / 26.3, 1000 spins 22.1 / 26.3, passive 27.9 / 27.6 (a futex wake a region costs when the box is
+quiet). 6000 rather than 1000 spins covers the gaps between a decode layer's regions (norms, rope, attention:
+tens of us), so the next region finds the worker awake: SmolLM2 serve steps of 8 sequences, AVX2 tier, 2 threads,
+4 alternating rounds (bench/profile_serve_step.py) 17.55 / 16.09 / 20.05 / 18.10 ms -> 15.11 / 14.88 / 19.79 /
+17.55; Gemma 3 270M tg128 idle 85.5 vs 86.9 tok/s, one core busy 76.6 vs 78.8 (both then on 1 thread:
+free_cores.py), the mean of 3 each.
 """
 import os
 
@@ -21,13 +26,14 @@ from numba.np.ufunc.parallel import _launch_threads
 
 from kernels_numba.cpu.ir.native_call import call_native
 
+GOMP_SPINS = 6000  # libgomp's spins before a waiting worker sleeps (see the docstring)
 PARALLEL_MIN_WORK = 1 << 18  # elements touched (weights, activations, q.k terms) worth waking the pool for
 CHUNKS_PER_THREAD = 4  # static chunks per thread: some load balance without much per-chunk setup
 
 # the pool's get/set_num_threads symbols exist once the threading layer is loaded; compiled code (also code
 # loaded from numba's cache) links against them
 if "OMP_WAIT_POLICY" not in os.environ:  # libgomp reads these once, when the line below loads it
-    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+    os.environ.setdefault("GOMP_SPINCOUNT", str(GOMP_SPINS))
 _launch_threads()
 
 
