@@ -488,8 +488,7 @@ def _row_dots(run_format, row, xs, num_runs, lane_dot, builder, prefetch_bytes):
     # a row, not two; an 8-token pass holds 8 vectors fewer. Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4, vnni512,
     # min of 300, alternating: 1536x576 94.5 -> 76.1 us, 576x1536 76.2 -> 66.7, 576x576 39.5 -> 32.2)
     sweeps_mins = _sweeps_mins(run_format, lane_dot)
-
-    register_lanes = folded_lanes(lane_dot.kind)
+    register_lanes = folded_lanes(lane_dot.kind)  # a folded group's dots' lanes; how narrower products are added
 
     def group_step(first_run, byte_offset, width, with_mins):
         """The group of `width` runs starting at run first_run (byte_offset into the row); its lines
