@@ -14,8 +14,10 @@ PY_VERSION="${1:-3.12}"
 WHEELHOUSE=.wheelhouse
 CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))
 # gguf: the GGUF reader/writer (pure Python); platformdirs: the user dirs (pure Python);
-# numba-cuda: a fallback, installed by gpu_check.sh only when the image's is missing or older than 0.29
-PACKAGES=(gguf platformdirs numba-cuda)
+# numba-cuda: a fallback, installed by gpu_check.sh only when the image's is missing or older than 0.29;
+# numpy: the image's NumPy 2.5 dropped np.row_stack, which numba-cuda 0.30.4 overloads at its first kernel
+# compile (seen on the H200 image, 2026-12-04: every CUDA test failed), so this environment's NumPy goes first
+PACKAGES=(gguf platformdirs numba-cuda numpy)
 # not installed here (no GPU), so pinned by hand: nccl4py, the `cuda` extra's NCCL bindings (--tp on GPUs); the
 # image has its dependencies (cuda-core, cuda-pathfinder, nvidia-nccl-cu13)
 PINNED=(nccl4py==0.6.0)
