@@ -118,7 +118,8 @@ class DFlashModel:
     # ---- pieces
 
     def _rms_norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        return self.ops.rms_norm(np.ascontiguousarray(x, dtype=np.float32), weight, self.config.rms_norm_eps)
+        return self._host(self.ops.rms_norm(np.ascontiguousarray(x, dtype=np.float32), weight,
+                                            self.config.rms_norm_eps))
 
     def _heads(self, x: np.ndarray, weight: np.ndarray, norm: np.ndarray | None, num_heads: int) -> np.ndarray:
         """x: [T, d] -> projected [T, num_heads, hd], with the per-head RMSNorm when given."""
@@ -129,7 +130,12 @@ class DFlashModel:
         return y.reshape(x.shape[0], num_heads, hd)
 
     def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return self.ops.rope(x, positions.astype(np.int64), self.config.rope_theta, True, 1.0, None)
+        return self._host(self.ops.rope(x, positions.astype(np.int64), self.config.rope_theta, True, 1.0, None))
+
+    def _host(self, x) -> np.ndarray:
+        """A kernel's result as a numpy array: the draft's own math runs on the host, also beside a CUDA target
+        (whose kernels return device arrays)."""
+        return self.ops.to_host(x)
 
     # ---- context (KV injection)
 
@@ -149,7 +155,8 @@ class DFlashModel:
                      context_kv: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """One block [B] with its context K/V -> target-head logits [B - 1, vocab] for block slots 1..B-1."""
         cfg = self.config
-        h = self.ops.embedding(block_token_ids.astype(np.int64), self.target.token_embedding).astype(np.float32)
+        h = self._host(self.ops.embedding(block_token_ids.astype(np.int64), self.target.token_embedding))
+        h = h.astype(np.float32)
         scale = self.target.embedding_scale()
         if scale != 1.0:
             h *= np.float32(scale)
@@ -162,9 +169,9 @@ class DFlashModel:
             h = h + block_attention(q, k, v) @ layer.wo.T
             m = self._rms_norm(h, layer.post_attn_norm)
             gate, up = np.ascontiguousarray(m @ layer.w_gate.T), np.ascontiguousarray(m @ layer.w_up.T)
-            h = h + self.ops.silu_mul(gate, up) @ layer.w_down.T
+            h = h + self._host(self.ops.silu_mul(gate, up)) @ layer.w_down.T
         out = self._rms_norm(h[1:], self.norm)
-        return self.ops.linear(out, self.target.lm_head)
+        return self._host(self.ops.linear(out, self.target.lm_head))
 
 
 def block_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
