@@ -2,7 +2,7 @@
 
 Same signatures as kernels_numba/cpu/moe.py. The expert ids stay on the device from route to mat-vec (no host
 sync): token row i's mat-vec reads only its expert's rows of the stacked, still quantized weight, decoding them
-in registers (value_decode) with matvec.py's warp tiles and transposed reduction. Rows routed to one expert
+in registers (value_decode), in matvec.py's row groups and warp tiles. Rows routed to one expert
 are not batched into one weight pass yet (a prefill reads an expert's rows once per routed token).
 """
 from __future__ import annotations
@@ -12,15 +12,13 @@ import math
 import numpy as np
 from numba import cuda
 
-from kernels_numba.cuda.device_arrays import as_device, blocks_for, empty
+from kernels_numba.cuda.device_arrays import as_device, empty
 from kernels_numba.cuda.device_weight import upload_weight
-from kernels_numba.cuda.launch_shape import MATVEC_WARPS, SIMULATED, THREADS, flat_blocks
+from kernels_numba.cuda.launch_shape import MATVEC_WARPS, MAX_GRID_Y, THREADS, flat_blocks
 from kernels_numba.cuda.launch_stream import current_stream
-from kernels_numba.cuda.matvec import PADDED_TILE, ROWS_PER_BLOCK
-from kernels_numba.cuda.value_decode import decode_value
+from kernels_numba.cuda.matvec import (PADDED_TILE, ROWS_PER_WARP, TOKENS_PER_PASS, group_partials, matvec_grid,
+                                       num_groups, store_group)
 from kernels_numba.cuda.warp_reduce import WARP_SIZE
-
-MAX_GRID_Y = 1 if SIMULATED else 65535  # CUDA's gridDim.y limit (simulator: one, fewer Python threads); rows stride
 
 
 @cuda.jit(device=True)
@@ -61,29 +59,19 @@ def route_kernel(logits, top_k, normalize, expert_ids, weights):
 
 @cuda.jit
 def expert_matvec_kernel(data, code, scales, block_rows, block_cols, rows_per_expert, x, expert_ids, out):
-    """out[i, r] = sum_j W_e[r, j] * x[i, j] with e = expert_ids[i]: block (tile, i), warp w owns 32 rows of
-    expert e (stacked row e * rows_per_expert + r); lane partials meet in shared memory as in matvec_kernel."""
-    warp, lane = cuda.threadIdx.x // WARP_SIZE, cuda.threadIdx.x % WARP_SIZE
-    partials = cuda.shared.array((MATVEC_WARPS, WARP_SIZE, PADDED_TILE), np.float32)
-    first_row = cuda.blockIdx.x * ROWS_PER_BLOCK + warp * WARP_SIZE
-    row_length = x.shape[1]
+    """out[i, r] = sum_j W_e[r, j] * x[i, j] with e = expert_ids[i] (stacked row e * rows_per_expert + r): warps
+    own groups of ROWS_PER_WARP rows of token row i's expert as in matvec_kernel, one token at a time; groups
+    stride over the grid's warps, token rows over its height."""
+    sums = cuda.local.array((TOKENS_PER_PASS, ROWS_PER_WARP), np.float32)
+    tile = cuda.shared.array((MATVEC_WARPS, WARP_SIZE, PADDED_TILE), np.float32)
+    first_group = cuda.blockIdx.x * MATVEC_WARPS + cuda.threadIdx.x // WARP_SIZE
     for i in range(cuda.blockIdx.y, x.shape[0], cuda.gridDim.y):
         base = expert_ids[i] * rows_per_expert
-        for tile_row in range(WARP_SIZE):
-            r = first_row + tile_row
-            total = np.float32(0.0)
-            if r < rows_per_expert:
-                for j in range(lane, row_length, WARP_SIZE):
-                    total += decode_value(data, base + r, j, code, scales, block_rows, block_cols) * x[i, j]
-            partials[warp, tile_row, lane] = total
-        cuda.syncthreads()
-        r = first_row + lane
-        if r < rows_per_expert:
-            total = np.float32(0.0)
-            for k in range(WARP_SIZE):
-                total += partials[warp, lane, k]
-            out[i, r] = total
-        cuda.syncthreads()  # the tile is rewritten by the next token row
+        for group in range(first_group, num_groups(rows_per_expert), cuda.gridDim.x * MATVEC_WARPS):
+            first_row = group * ROWS_PER_WARP
+            group_partials(data, base + first_row, base + rows_per_expert, code, scales, block_rows, block_cols,
+                           x, i, 1, sums)
+            store_group(sums, tile, out, first_row, i, 1)
 
 
 @cuda.jit
@@ -129,8 +117,8 @@ def moe_linear(x, w, expert_ids, out=None):
     rows_per_expert = dw.shape[-2]
     out = empty((x.shape[0], rows_per_expert), np.float32, out)
     if x.shape[0]:
-        grid = (blocks_for(rows_per_expert, ROWS_PER_BLOCK), min(x.shape[0], MAX_GRID_Y))
-        expert_matvec_kernel[grid, ROWS_PER_BLOCK, current_stream()](
+        grid = (matvec_grid(rows_per_expert, 1)[0], min(x.shape[0], MAX_GRID_Y))
+        expert_matvec_kernel[grid, MATVEC_WARPS * WARP_SIZE, current_stream()](
             dw.data, dw.code, dw.scales, dw.block_rows, dw.block_cols, rows_per_expert, x, expert_ids, out)
     return out
 

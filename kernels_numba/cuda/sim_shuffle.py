@@ -1,4 +1,4 @@
-"""Warp shuffles for numba's CUDA simulator, which lacks them: lets the simulator run the real shuffle code.
+"""Warp shuffles and syncwarp for numba's CUDA simulator, which lacks them: it runs the real kernels' code.
 
 Each warp gets a rendezvous (a 32-thread barrier) and an exchange table: every lane posts its value, waits for
 the other 31, reads its partner's, and waits again before the table is reused. Our kernels shuffle with whole
@@ -10,20 +10,30 @@ RENDEZVOUS_TIMEOUT_S = 120.0  # a lane that died (an exception) must not hang th
 _create_lock = threading.Lock()
 
 
-def _warp_exchange(value, partner_of):
+def _warp_rendezvous():
+    """(this lane, its warp's barrier, its warp's exchange table)."""
     thread = threading.current_thread()
     manager, lane, warp = thread._manager, thread.thread_id % 32, thread.thread_id // 32
     with _create_lock:
         warps = manager.__dict__.setdefault("warp_exchanges", {})
         if warp not in warps:
             warps[warp] = (threading.Barrier(32, timeout=RENDEZVOUS_TIMEOUT_S), [None] * 32)
-    barrier, table = warps[warp]
+    return (lane, *warps[warp])
+
+
+def _warp_exchange(value, partner_of):
+    lane, barrier, table = _warp_rendezvous()
     table[lane] = value
     barrier.wait()
     partner = partner_of(lane)
     result = table[partner] if 0 <= partner < 32 else value
     barrier.wait()
     return result
+
+
+def _syncwarp(self, mask=0xFFFFFFFF):
+    """A warp barrier (the simulator has block barriers only): every lane of the warp arrives, then all go on."""
+    _warp_rendezvous()[1].wait()
 
 
 def _shfl_xor_sync(self, mask, value, lane_mask):
@@ -40,3 +50,5 @@ def install_simulated_shuffles() -> None:
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync
         FakeCUDAModule.shfl_down_sync = _shfl_down_sync
+    if not hasattr(FakeCUDAModule, "syncwarp"):
+        FakeCUDAModule.syncwarp = _syncwarp
