@@ -36,8 +36,9 @@ _BACKEND_MODULES = {
 
 
 # Names above kernels_numba may use beyond the ops (host sampling, thread policy, the CPU kernels' size
-# thresholds, ahead-of-time compiling, the CUDA stream): public here, loaded from their backend module on first
-# use, so importing kernels_numba stays light and a backend can regroup its files without breaking the engine
+# thresholds, ahead-of-time compiling, the CUDA stream and captured step): public here, loaded from their
+# backend module on first use, so importing kernels_numba stays light and a backend can regroup its files
+# without breaking the engine
 # (tests/test_import_graph.py: nothing above this package imports kernels_numba.cpu.* or .cuda.*).
 _PUBLIC_NAMES = {
     "softmax_draw_rows": ("kernels_numba.cpu.softmax_draw", "softmax_draw_rows"),
@@ -50,6 +51,7 @@ _PUBLIC_NAMES = {
     "leaf_jobs": ("kernels_numba.cpu.matvec.dispatch", "leaf_jobs"),
     "compile_leaf": ("kernels_numba.cpu.matvec.dispatch", "compile_leaf"),
     "current_cuda_stream": ("kernels_numba.cuda.launch_stream", "current_stream"),
+    "CapturedStep": ("kernels_numba.cuda.decode_graph", "CapturedStep"),
 }
 
 

@@ -16,6 +16,7 @@ from ..sampling_params import SamplingParams
 from ..model_source import make_tokenizer, open_model_file
 from .block_manager import BlockManager
 from .device_sampler import DeviceSampler
+from .graphed_decode import GraphedDecode
 from .kv_cache import make_kv_cache
 from .kv_memory import check_kv_cache_fits, kv_bytes_per_token
 from .model_runner import ModelRunner
@@ -76,11 +77,12 @@ class LLMEngine:
             self.block_manager = RecurrentBlockManager(num_blocks, config.block_size, self.kv_cache.recurrent)
         scheduler_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, set(self.tokenizer.stop_token_ids))
-        self.runner = (self.rank_group.make_runner(self.kv_cache) if self.rank_group
-                       else ModelRunner(self.model, self.kv_cache))
-        self.sampler = Sampler()
         # greedy / top-k rows drawn next to device logits; a tensor-parallel runner gathers logits on the host
         on_device = ops.is_device_array(self.kv_cache.keys[0]) if self.kv_cache.keys else False
+        graphed = GraphedDecode(self.model, self.kv_cache, blocks_per_seq) if on_device and config.cuda_graph else None
+        self.runner = (self.rank_group.make_runner(self.kv_cache) if self.rank_group
+                       else ModelRunner(self.model, self.kv_cache, graphed))
+        self.sampler = Sampler()
         self.device_sampler = DeviceSampler(ops, self.sampler) if on_device and not self.rank_group else None
         self.structured_output = StructuredOutputBackend(self.tokenizer, self.hparams.vocab_size)
         self.speculative = self._make_speculative_decoder(draft_engine_factory)

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..models.attn_metadata import AttnMetadata
 from ..models.base import DecoderModel
+from .graphed_decode import GraphedDecode
 from .kv_cache import KVCache
 from .scheduler import ScheduledBatch
 
@@ -23,17 +24,24 @@ def check_logits(logits: np.ndarray) -> np.ndarray:
 
 
 class ModelRunner:
-    def __init__(self, model: DecoderModel, kv_cache: KVCache):
+    def __init__(self, model: DecoderModel, kv_cache: KVCache, graphed_decode: GraphedDecode | None = None):
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.last_hidden: np.ndarray | None = None
+        self.graphed_decode = graphed_decode  # a CUDA backend's captured decode step, for device logits
 
     def run(self, batch: ScheduledBatch, first_logit_token: int | None = None,
             keep_logits_on_device: bool = False) -> np.ndarray:
         """Returns logits [num_sampling_seqs, vocab_size], one row per item whose `samples_token` is true,
         or, given first_logit_token, one row per flat batch token from that index on (scoring, verification);
         keep_logits_on_device: a device backend's logits are returned where they are (DeviceSampler)."""
+        if keep_logits_on_device and first_logit_token is None and self.graphed_decode is not None \
+                and self.graphed_decode.accepts(batch):
+            logits = self.graphed_decode.run(batch)
+            if logits is not None:
+                self.last_hidden = None  # not kept by the graph (no drafter reads it: none runs with device logits)
+                return logits
         token_ids, positions, attn, logits_indices = self.prepare_inputs(batch)
         if first_logit_token is not None:
             logits_indices = list(range(first_logit_token, len(token_ids)))
