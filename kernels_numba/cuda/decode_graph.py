@@ -53,6 +53,9 @@ class CapturedStep:
         if self.graph is None:
             self.output = self.step(self.inputs)
             return self.output
+        # the copies ran on the legacy stream, which a cuda.core stream (non-blocking) does not wait for, and a
+        # copy from pageable memory may return before its DMA lands: the graph must not read the old inputs
+        cuda.synchronize()
         self.graph.launch(self.stream)
         self.stream.sync()
         return self.output
