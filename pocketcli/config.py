@@ -38,7 +38,8 @@ class EngineConfig:
     devices: tuple[int, ...] = setting((), "CUDA devices of the ranks, one per rank (with --device cuda; default "
                                        "0..N-1)", metavar="0,1,...", cli_default=None)  # CUDA ordinal of each rank
     follow_free_cores: bool = False  # numba's thread count (at most the one at build) follows the free cores (CLI)
-    cuda_graph: bool = True  # a lone sequence's decode steps on a GPU replay one captured CUDA graph
+    cuda_graph: bool = setting(True, "on a GPU, decode a lone sequence step by step instead of replaying one "
+                               "captured CUDA graph", flag="--no-cuda-graph")
     # the KV cache's storage type (kernels_numba/kv_type.py); an engine built in code keeps exact float32 attention
     kv_type: str = setting("f32", "KV cache type: f16, bf16, q8_0, fp8, q4_0 or f32", cli_default=DEFAULT_KV_TYPE,
                            metavar="TYPE")
