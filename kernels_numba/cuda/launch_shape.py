@@ -4,12 +4,12 @@ from numba import config
 
 SIMULATED = bool(config.ENABLE_CUDASIM)
 WARPS_PER_BLOCK = 1 if SIMULATED else 4  # row kernels: one warp per row (norm) or per query head (attention)
-MATVEC_WARPS = 1 if SIMULATED else 4  # mat-vec: one warp per output row
+MATVEC_WARPS = 1 if SIMULATED else 4  # mat-vec: one warp per group of 8 output rows (matvec.py)
 THREADS = 32 if SIMULATED else 256  # element-wise kernels: one thread per value
 SAMPLER_WARPS = 2 if SIMULATED else 8  # a block per logits row; two warps still exercise the cross-warp step
 MAX_FLAT_BLOCKS = 1 if SIMULATED else 4096  # element-wise kernels stride over the rest (grid-stride loops)
-# mat-vec rows (grid x) and token chunks (grid y): one block strides over them all in the simulator; on a GPU
-# every row has its warp (x goes to 2**31 - 1) and y stops at CUDA's 65535
+# mat-vec row groups (grid x) and token chunks (grid y): one block strides over them all in the simulator; on a
+# GPU every row group has its warp (x goes to 2**31 - 1) and y stops at CUDA's 65535
 MAX_ROW_BLOCKS = 1 if SIMULATED else 2**31 - 1
 MAX_GRID_Y = 1 if SIMULATED else 65535
 

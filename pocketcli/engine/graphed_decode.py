@@ -25,7 +25,7 @@ LOGITS_TOLERANCE = 1e-3  # replay and eager step run the same kernels on the sam
 class GraphedDecode:
     def __init__(self, model, kv_cache, blocks_per_seq: int):
         self.model, self.kv_cache = model, kv_cache
-        self.block_size, self.blocks_per_seq = kv_cache.block_size, blocks_per_seq
+        self.blocks_per_seq = blocks_per_seq
         self.captured = None
         self.verified = False
         self.disabled = kv_cache.recurrent is not None  # hybrid models keep per-sequence recurrent state
@@ -37,9 +37,10 @@ class GraphedDecode:
         item = batch.items[0]
         return item.num_new_tokens == 1 and item.num_draft_tokens == 0 and item.samples_token
 
-    def run(self, batch: ScheduledBatch):
-        """Device logits [1, vocab] of the step (a buffer the next replay overwrites), or None: run it eagerly."""
-        inputs = self._inputs(batch)
+    def run(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata):
+        """Device logits [1, vocab] of the step (a buffer the next replay overwrites), or None: run it eagerly.
+        The arguments are ModelRunner.prepare_inputs' for the accepted batch."""
+        inputs = self._inputs(token_ids, positions, attn)
         try:
             if self.captured is None:
                 return self._capture(inputs)
@@ -87,12 +88,10 @@ class GraphedDecode:
         finally:
             model.keep_on_device = False
 
-    def _inputs(self, batch: ScheduledBatch) -> dict:
-        seq = batch.items[0].seq
-        position = seq.num_cached_tokens
+    def _inputs(self, token_ids: np.ndarray, positions: np.ndarray, attn: AttnMetadata) -> dict:
+        """The step's input buffers' values: the block table padded to the longest a sequence can have, so one
+        graph serves every context length."""
         table = np.full((1, self.blocks_per_seq), -1, dtype=np.int32)
-        table[0, :len(seq.block_table)] = seq.block_table
-        slot = int(table[0, position // self.block_size]) * self.block_size + position % self.block_size
-        return {"tokens": np.array([seq.token_ids[position]], np.int64), "positions": np.array([position], np.int64),
-                "slots": np.array([slot], np.int64), "tables": table, "lens": np.array([position + 1], np.int32),
-                "starts": np.array([0, 1], np.int32)}
+        table[0, :attn.block_tables.shape[1]] = attn.block_tables[0]
+        return {"tokens": token_ids, "positions": positions, "slots": attn.slot_mapping, "tables": table,
+                "lens": attn.context_lens, "starts": attn.query_start_loc}

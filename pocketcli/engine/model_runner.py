@@ -36,13 +36,13 @@ class ModelRunner:
         """Returns logits [num_sampling_seqs, vocab_size], one row per item whose `samples_token` is true,
         or, given first_logit_token, one row per flat batch token from that index on (scoring, verification);
         keep_logits_on_device: a device backend's logits are returned where they are (DeviceSampler)."""
+        token_ids, positions, attn, logits_indices = self.prepare_inputs(batch)
         if keep_logits_on_device and first_logit_token is None and self.graphed_decode is not None \
                 and self.graphed_decode.accepts(batch):
-            logits = self.graphed_decode.run(batch)
+            logits = self.graphed_decode.run(token_ids, positions, attn)
             if logits is not None:
                 self.last_hidden = None  # not kept by the graph (no drafter reads it: none runs with device logits)
                 return logits
-        token_ids, positions, attn, logits_indices = self.prepare_inputs(batch)
         if first_logit_token is not None:
             logits_indices = list(range(first_logit_token, len(token_ids)))
         hidden = self.model.forward(token_ids, positions, attn, self.kv_cache.keys, self.kv_cache.values)

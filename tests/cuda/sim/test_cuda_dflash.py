@@ -26,7 +26,7 @@ def greedy(target, backend, **spec):
 
 
 def test_dflash_beside_a_device_target_is_lossless_and_drafts_as_the_host(tmp_path, monkeypatch):
-    """A 64-token vocabulary (every simulated launch costs ~0.1 s, and each 32 rows of a mat-vec a warp)."""
+    """A 64-token vocabulary (every simulated launch costs ~0.1 s, and each 8 rows of a mat-vec two warp barriers)."""
     smaller = dataclasses.replace(tiny_gguf.TINY_CONFIGS["qwen3"], n_vocab=64, n_ff=64)
     monkeypatch.setitem(tiny_gguf.TINY_CONFIGS, "qwen3", smaller)
     target = tiny_gguf.write_tiny_model(tmp_path / "qwen3.gguf", "qwen3", seed=2)
