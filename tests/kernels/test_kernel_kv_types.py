@@ -5,7 +5,7 @@ import pytest
 
 from kernels_numba import get_ops
 from kernels_numba.cpu import attention, prefill_attention
-from kernels_numba.cpu.kv_row import decode_kv_row, encode_kv_row
+from kernels_numba.cpu.kv_row import decode_kv_row, decoded_row_into, encode_kv_row
 from kernels_numba.kv_type import F32, KV_TYPES, make_kv_layer
 from kernels_numba.reference_kv import (dequantize_kv_rows, e4m3_codes, hadamard_blocks, q4_0_outlier_positions,
                                        quantize_kv_rows)
@@ -34,12 +34,14 @@ def awkward_rows(rng, width=64):
 def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name, width):
     code, rows = KV_TYPES[name].code, awkward_rows(np.random.default_rng(1), width)
     expected = quantize_kv_rows(rows, code)
-    got, decoded = np.empty_like(expected), np.empty_like(rows)
+    got, decoded, read = np.empty_like(expected), np.empty_like(rows), np.empty_like(rows)
     for r in range(len(rows)):
         encode_kv_row(rows[r], code, got[r])
         decode_kv_row(got[r], code, decoded[r])
+        decoded_row_into(got[r], code, read[r])  # what the attention kernels read: f16 and q8_0 in place
     assert np.array_equal(got, expected)
     assert np.array_equal(decoded, dequantize_kv_rows(expected, code))
+    assert np.array_equal(read, decoded, equal_nan=True)
     if name == "q4_0":  # rounded in the Hadamard domain: bounded there, and the transform keeps L2 norms
         at = q4_0_outlier_positions(rows)
         kept = np.take_along_axis(rows, at, axis=1)
@@ -56,10 +58,12 @@ def test_cpu_rows_are_the_oracles_bytes_and_decode_alike(name, width):
 def test_half_rows_of_any_width_decode_as_the_oracle(name):  # the f16 decoder converts 16 at a time, then a tail
     code, rows = KV_TYPES[name].code, awkward_rows(np.random.default_rng(2), width=64)[:, :41]
     expected = quantize_kv_rows(rows, code)
-    decoded = np.empty_like(rows)
+    decoded, read = np.empty_like(rows), np.empty_like(rows)
     for r in range(len(rows)):
         decode_kv_row(expected[r], code, decoded[r])
+        decoded_row_into(expected[r], code, read[r])
     assert np.array_equal(decoded, dequantize_kv_rows(expected, code))
+    assert np.array_equal(read, decoded)
 
 
 def test_q4_0_outliers_and_scale_search_beat_llamacpps_rounding():
