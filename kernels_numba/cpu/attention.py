@@ -148,8 +148,11 @@ def _prefetch_rows(rows, block_table, block_size, num_kv_heads, kv_head, first, 
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
 def _exp_weights_in_place(scores, softcap):
-    """scores -> exp(score - max) (soft-capped first where softcap > 0); returns their sum."""
-    best = -np.inf
+    """scores -> exp(score - max) (soft-capped first where softcap > 0); returns their sum. All in float32: a
+    float64 start for the max (-np.inf) made every exponent float64, so exp_f32 ran in 4-lane double vectors (f16
+    cache, 3 heads, 1 thread, AVX2 tier, in-process A/B: 42 keys 5.21 -> 5.01 us, 500 keys 30.27 -> 28.56 us;
+    outputs within 9e-8)."""
+    best = np.float32(-np.inf)
     for i in range(scores.size):
         if softcap > 0:
             scores[i] = softcap * np.float32(math.tanh(scores[i] / softcap))
