@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pocketcli  # noqa: F401  first: it keeps numpy's OpenBLAS single-threaded, as in `pocket serve`
 import numba
@@ -29,7 +31,9 @@ import numpy as np
 from pocketcli.config import DEFAULT_KV_TYPE, EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.registry import resolve_model
-from pocketcli.sampling_params import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script below, also when loaded by path
+from profile_serve_step import server_params  # noqa: E402
 
 PHASES = ("forward", "logits", "sample")
 
@@ -49,10 +53,8 @@ def prepare_step(engine: LLMEngine, num_seqs: int, context_tokens: int) -> Prepa
     """num_seqs sequences (the server's sampling, a seed each) prefilled and decoded until each holds at least
     context_tokens tokens, then their next decode step's inputs. The sequences are dropped afterwards: their
     cache blocks may go to the next batch prepared, which only changes what attention reads, not its cost."""
-    params = [SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0, seed=i, max_tokens=context_tokens + 8,
-                             ignore_eos=True) for i in range(num_seqs)]
     seqs = [engine.add_request(engine.tokenizer.encode(f"Story number {i}: Once upon a time", add_special=True),
-                               params[i]) for i in range(num_seqs)]
+                               server_params(i, context_tokens + 8, greedy=False)) for i in range(num_seqs)]
     while any(seq.num_cached_tokens < seq.num_prompt_tokens or len(seq) < context_tokens for seq in seqs):
         engine.step()  # the prompts (a longer prompt than context_tokens is kept whole), then decode steps
     batch = engine.scheduler.schedule()

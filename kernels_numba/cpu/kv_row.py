@@ -276,7 +276,7 @@ def q8_0_block_into(typingctx, row, base, out, first):
     return types.none(row, base, out, first), codegen
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # in decode_kv_row's codec and in decoded_row_into
 def decode_f16(row, out):
     whole = out.size - out.size % HALVES_AT_ONCE
     for first in range(0, whole, HALVES_AT_ONCE):
@@ -285,7 +285,7 @@ def decode_f16(row, out):
         out[j] = read_half(row, 2 * j)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def decode_q8_0(row, out):
     for blk in range(out.size // VALUES_PER_BLOCK):
         q8_0_block_into(row, 34 * blk, out, VALUES_PER_BLOCK * blk)
@@ -398,14 +398,9 @@ def decoded_row_into(row, kv_type, out):
     f32 cache 15.6 / 13.7). Inlined at every row read it was 16.6 ns but attend_heads compiled in 5.1-6.0 s of CPU
     instead of 2.0-2.6 (2.6-3.2 s as a call). The same conversions as decode_kv_row's, so the same floats."""
     if kv_type == F16:
-        whole = out.size - out.size % HALVES_AT_ONCE
-        for first in range(0, whole, HALVES_AT_ONCE):
-            halves_into(row, out, first)
-        for j in range(whole, out.size):
-            out[j] = read_half(row, 2 * j)
+        decode_f16(row, out)
     elif kv_type == Q8_0:
-        for blk in range(out.size // VALUES_PER_BLOCK):
-            q8_0_block_into(row, 34 * blk, out, VALUES_PER_BLOCK * blk)
+        decode_q8_0(row, out)
     else:
         decode_row_call(row, kv_type, out)
 
