@@ -27,11 +27,11 @@ from numba import njit
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
+from kernels_numba.cpu.activation import GELU_TANH, SILU
 from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel, heads_per_task
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matvec.dispatch import (cpu_operands, linear_into, linear_kernel, max_fused_tokens,
-                                                shared_input_linear_into)
+from kernels_numba.cpu.matvec.dispatch import (cpu_operands, gated_linear_into, linear_into, linear_kernel,
+                                                max_fused_tokens, shared_input_linear_into)
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
@@ -130,9 +130,7 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     _norm_rows_into(x, norms[FFN_NORM], eps, h)
     gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
     up = np.empty_like(gate)
-    shared_input_linear_into(kernels, mats, GATE, h, (gate, up))
-    flat_gate = gate.reshape(gate.size)  # in place: apply_range stays vectorised
-    apply_range(activation, flat_gate, up.reshape(up.size), np.float32(0.0), flat_gate, 0, gate.size)
+    gated_linear_into(kernels, mats, GATE, h, gate, up, activation)
     linear_into(kernels[DOWN], mats[DOWN], gate, o)
     _norm_rows_into(o, norms[POST_FFW_NORM], eps, o)
     _add_into(x.reshape(x.size), o.reshape(o.size))

@@ -10,6 +10,7 @@ import numba
 from numba import njit
 
 from gguf_loader.private_bytes import private_bytes
+from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.matvec import dispatch
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
@@ -186,17 +187,47 @@ def test_shared_run_region_gives_each_matvecs_bits(types_rows, num_tokens):
         np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("num_tokens", [1, 8, 13])
+@pytest.mark.parametrize("gate_up_types", [(QT.Q4_1, QT.Q4_1), (QT.Q4_K, QT.Q4_K), (QT.Q4_K, QT.Q6_K)])
+def test_gated_region_gives_the_matvecs_and_activation_bits(gate_up_types, num_tokens):
+    """The feed-forward's gate and up in one region, each thread applying the activation to its own rows (one run
+    code), or the shared-input mat-vecs then the activation (mixed types): the same bits as linear of each and
+    apply_range over the whole, on one thread and on the pool, for SiLU and GELU."""
+    rng = np.random.default_rng(num_tokens)
+    weights = [random_weight(t, (1152, 1024), rng) for t in gate_up_types]
+    codes, mats = zip(*(dispatch.cpu_operands(w) for w in weights))
+    kernels = tuple(dispatch.linear_kernel(code, num_tokens) for code in codes)
+    x = rng.standard_normal((num_tokens, 1024)).astype(np.float32)
+    gate, up = (np.empty((num_tokens, 1152), np.float32) for _ in range(2))
+    for kernel, data, out in zip(kernels, mats, (gate, up)):
+        dispatch.linear_into(kernel, data, x, out)
+    threads = numba.get_num_threads()
+    try:
+        for activation in (SILU, GELU_TANH):
+            expected = np.empty_like(gate)
+            apply_range(activation, gate.reshape(-1), up.reshape(-1), np.float32(0.0), expected.reshape(-1), 0,
+                        gate.size)
+            for pool in sorted({1, threads}):
+                numba.set_num_threads(pool)
+                gate_out, up_out = (np.full_like(gate, np.nan) for _ in range(2))
+                dispatch.gated_linear_into(kernels, mats, 0, x, gate_out, up_out, activation)
+                np.testing.assert_array_equal(up_out, up)
+                np.testing.assert_array_equal(gate_out, expected)
+    finally:
+        numba.set_num_threads(threads)
+
+
 def test_shared_spans_cover_each_matrix_once():
     """Every row group of every matrix in exactly one span, spans in proportion to the matrices' bytes."""
     mats = (np.zeros((2048, 1152), np.uint8), np.zeros((512, 1152), np.uint8), np.zeros((512, 1680), np.uint8),
             np.zeros((6, 1152), np.uint8))
     for first, count in ((0, 3), (1, 2), (3, 1), (0, 4)):
-        spans = shared_spans(mats, first, count, 2)
+        spans = shared_spans(mats, first, count, 16)
         for m in range(count):
             mine = spans[spans[:, 0] == m]
             groups = -(-mats[first + m].shape[0] // 4)
             assert mine[0, 1] == 0 and mine[-1, 2] == groups and (mine[1:, 1] == mine[:-1, 2]).all()
-    assert np.bincount(shared_spans(mats, 0, 3, 2)[:, 0]).tolist() == [10, 2, 4]
+    assert np.bincount(shared_spans(mats, 0, 3, 16)[:, 0]).tolist() == [10, 2, 4]
 
 
 KINDS_HERE = byte_dot.TARGET_KINDS

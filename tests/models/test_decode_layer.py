@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from kernels_numba.cpu.matvec import dispatch
 from pocketcli.config import EngineConfig
 from pocketcli.engine.llm_engine import LLMEngine
 from pocketcli.sampling_params import SamplingParams
@@ -117,7 +118,10 @@ def test_fused_batched_decode_equals_op_by_op_and_each_sequence_alone(tmp_path, 
         np.testing.assert_allclose(fused_rows, plain_rows, atol=1e-5, rtol=1e-5)
     for prompt, batched_rows in zip(PROMPTS, fused):
         alone = batch_decode_logits(tiny_engine(tmp_path, arch, "Q8_0"), True, [prompt], 6)[0]
-        np.testing.assert_array_equal(batched_rows, alone[-batched_rows.shape[0]:])
+        if dispatch.USE_INT8_DOT:  # the 8-bit dots give a token the same bits alone and in a batch
+            np.testing.assert_array_equal(batched_rows, alone[-batched_rows.shape[0]:])
+        else:  # the portable tier's float kernels sum a batch (register tiles) and a lone token in other orders
+            np.testing.assert_allclose(batched_rows, alone[-batched_rows.shape[0]:], atol=1e-5, rtol=1e-5)
 
 
 def staggered_decode_logits(engine: LLMEngine, fused: bool, late_prompt, num_steps: int) -> dict[int, list]:

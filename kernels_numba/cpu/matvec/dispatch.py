@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from gguf_loader.weight_tensor import WeightTensor
+from kernels_numba.cpu.activation import apply_range
 from kernels_numba.cpu.dequant import decode_rows_kernel, readonly_bytes
 from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.ir.native_call import NO_KERNEL, handles_array
@@ -47,9 +48,9 @@ from kernels_numba.cpu.matvec.int8_dot import quantize_activations, round_activa
 from kernels_numba.cpu.matvec.int8_matvec import (INT8_CODES, groups_kernel, int8_matvec_into,
                                                   int8_matvec_quantized_into)
 from kernels_numba.cpu.matvec.matmul import TILE_BYTES, fused_kernel, matvec_into, untiled_matmul_into
-from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, run_activations, run_matvec_into,
-                                                 run_matvec_regrouped_into, run_matvecs_regrouped_into,
-                                                 run_rows_kernels)
+from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, run_activations,
+                                                 run_gated_matvecs_into, run_matvec_into, run_matvec_regrouped_into,
+                                                 run_matvecs_regrouped_into, run_rows_kernels)
 from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, use_threads
 
@@ -210,6 +211,25 @@ def shared_input_linear_into(kernels, mats, first, x, outs):
     else:  # float kernels only: nothing to share
         for i in range(len(outs)):
             linear_into(kernels[first + i], mats[first + i], x, outs[i])
+
+
+@njit(cache=True)
+def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation):
+    """gate_out = activation(x @ mats[first].T) * (x @ mats[first + 1].T) (activation.apply_range's kinds), up_out
+    the second product: the feed-forward's gate and up of the decode layer. Where both take the run path with one
+    code and shape, one region multiplies both and applies the activation on each thread's rows
+    (run_matvec.run_gated_matvecs_into); else shared_input_linear_into, then the activation. The same bits either
+    way."""
+    gate_path, gate_code, gate_handles = kernels[first]
+    up_path, up_code = kernels[first + 1][0], kernels[first + 1][1]
+    gate, up = mats[first], mats[first + 1]
+    if (USE_INT8_DOT and gate_path == RUN and up_path == RUN and gate_code == up_code
+            and gate.shape[0] == up.shape[0] and gate.shape[1] == up.shape[1]):
+        run_gated_matvecs_into(gate_handles, gate_code, gate, up, x, gate_out, up_out, activation)
+        return
+    shared_input_linear_into(kernels, mats, first, x, (gate_out, up_out))
+    flat_gate = gate_out.reshape(gate_out.size)  # in place: apply_range stays vectorised
+    apply_range(activation, flat_gate, up_out.reshape(up_out.size), np.float32(0.0), flat_gate, 0, gate_out.size)
 
 
 @njit(cache=True)

@@ -4,8 +4,8 @@ tokens.
 x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
 slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
 (-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split into spans (8 a
-thread) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a thread that loses its
-core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up) run in one parallel
+thread; 2 in a decode batch) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a
+thread that loses its core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up) run in one parallel
 region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5 regions a decode layer
 instead of 8. A prefill chunk's x is quantized and regrouped on the pool's threads too (`quantized_run_activations`).
 Tokens go in passes of 8, 4, 2 and 1 (prefill chunks whose x rows alias in L1: 4, 2, 1), each pass one row at a
@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
+from kernels_numba.cpu.activation import apply_range
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
 from kernels_numba.cpu.matvec.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations,
@@ -244,19 +245,40 @@ def _groups_into(rows, code, data, xr, out, first_group, stop_group):
 
 
 CLAIMED_SPANS_PER_THREAD = 8  # spans of rows a thread takes, one at a time, from a region's shared counter
+# ... in a decode batch (under SPAN_PASS_TOKENS tokens): each span is a pass of its own over rows streamed from
+# memory, and every span start costs ~0.3-0.6 us more than the rows it holds (a thread's range cut into 8
+# contiguous pieces measured as slow as 8 spans claimed anywhere). SmolLM2 decode layers (30), 2 threads, spans a
+# thread 8 -> 2 -> 1, in-process alternation, Intel Xeon (AMX, 2 vCPUs): AVX2 tier 8 sequences 12.75 -> 11.69
+# -> 11.62 ms, 1 sequence 5.89 -> 5.25 -> 5.03 ms; native tier 9.68 -> 9.05 -> 8.89 / 4.79 -> 4.37 -> 4.16 ms
+# (AMD EPYC Zen 4: 2 a thread within noise of 8). Two, not one: a thread that loses its core for a while still
+# leaves half of its share to the other.
+DECODE_SPANS_PER_THREAD = 2
+
+
+@njit(cache=True, inline="always")
+def spans_per_thread(num_tokens):
+    """Spans a thread takes in a region of num_tokens tokens."""
+    return DECODE_SPANS_PER_THREAD if num_tokens < SPAN_PASS_TOKENS else CLAIMED_SPANS_PER_THREAD
+
+
+NO_ACTIVATION = -1  # _parallel_into's plain mat-vec: no up rows, no activation
 
 
 @njit(cache=True, parallel=True)
-def _parallel_into(rows, code, data, xr, out, chunks, workers):
+def _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, workers):
     """The row groups in `chunks` spans, each of `workers` threads taking the next span until none is left
-    (atomic_counter)."""
+    (atomic_counter). With an activation (not NO_ACTIVATION), up's rows of each span too, then out = activation(out)
+    * up_out on them (_gated_groups_into); else up and up_out are not read."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     counter = new_counter()
     for worker in prange(workers):
         chunk = claim_next(counter)
         while chunk < chunks:
             first, stop = chunk_span(chunk, chunks, num_groups)
-            _groups_into(rows, code, data, xr, out, first, stop)
+            if activation == NO_ACTIVATION:
+                _groups_into(rows, code, data, xr, out, first, stop)
+            else:
+                _gated_groups_into(rows, code, data, up, xr, out, up_out, activation, first, stop)
             chunk = claim_next(counter)
 
 
@@ -275,8 +297,8 @@ def run_matvec_regrouped_into(rows, code, data, xr, out):
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:
-        chunks = max(1, min(num_groups, CLAIMED_SPANS_PER_THREAD * threads))
-        _parallel_into(rows, code, data, xr, out, chunks, min(chunks, threads))
+        chunks = max(1, min(num_groups, spans_per_thread(n) * threads))
+        _parallel_into(rows, code, data, data, xr, out, out, NO_ACTIVATION, chunks, min(chunks, threads))
     else:
         _groups_into(rows, code, data, xr, out, 0, num_groups)
 
@@ -285,9 +307,9 @@ MAX_SHARED_MATS = 3  # q/k/v; gate/up pass 2
 
 
 @njit(cache=True)
-def shared_spans(mats, first, count, threads):
+def shared_spans(mats, first, count, num_spans):
     """int64 [spans, 3]: (matrix m, first group, stop group) spans of the row groups of mats[first + m], m < count,
-    about CLAIMED_SPANS_PER_THREAD a thread in all, each matrix's share of them in proportion to its bytes."""
+    about num_spans in all, each matrix's share of them in proportion to its bytes (at least one each)."""
     total_bytes = 0
     for m in range(count):
         total_bytes += mats[first + m].size
@@ -295,7 +317,7 @@ def shared_spans(mats, first, count, threads):
     for m in range(count):
         data = mats[first + m]
         num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-        share = (CLAIMED_SPANS_PER_THREAD * threads * data.size + total_bytes // 2) // max(1, total_bytes)
+        share = (num_spans * data.size + total_bytes // 2) // max(1, total_bytes)
         counts[m] = min(num_groups, max(1, share)) if num_groups else 0
     spans = np.empty((counts.sum(), 3), dtype=np.int64)
     row = 0
@@ -335,7 +357,7 @@ def run_matvecs_regrouped_into(kernels, mats, first, xrs, outs, count):
     for m in range(count):
         num_rows += mats[first + m].shape[0]
     if threads > 1 and num_rows * k * n >= PARALLEL_MIN_WORK:
-        spans = shared_spans(mats, first, count, threads)
+        spans = shared_spans(mats, first, count, spans_per_thread(n) * threads)
         leaves = np.empty((MAX_SHARED_MATS, len(PASS_TOKENS), 2), dtype=np.int64)
         codes = np.empty(MAX_SHARED_MATS, dtype=np.int64)
         for m in range(MAX_SHARED_MATS):  # element by element: an array assignment compiles its shape error
@@ -369,3 +391,32 @@ def _padded_to_shared(items, filler):
     if count == 1:
         return lambda items, filler: (items[0], filler, filler)
     return None
+
+
+@njit(cache=True)
+def _gated_groups_into(rows, code, gate, up, xr, gate_out, up_out, activation, first_group, stop_group):
+    """Row groups first_group..stop_group-1 of gate and of up, then gate_out = activation(gate_out) * up_out on
+    those rows of every token (activation.apply_range: the same floats as over the whole rows at once)."""
+    _groups_into(rows, code, gate, xr, gate_out, first_group, stop_group)
+    _groups_into(rows, code, up, xr, up_out, first_group, stop_group)
+    first_row, stop_row = first_group * ROWS_PER_GROUP, min(gate.shape[0], stop_group * ROWS_PER_GROUP)
+    for t in range(gate_out.shape[0]):
+        apply_range(activation, gate_out[t], up_out[t], np.float32(0.0), gate_out[t], first_row, stop_row)
+
+
+@njit(cache=True)
+def run_gated_matvecs_into(rows, code, gate, up, x, gate_out, up_out, activation):
+    """gate_out = activation(x @ gate.T) * (x @ up.T) and up_out = x @ up.T, for gate and up of one run code and
+    shape (rows: their leaf handles), x quantized and regrouped once. Each thread applies the activation to the
+    rows it has just multiplied, while they are in its cache, instead of one thread over all of them after the
+    region (the decode layer's feed-forward: that pass read half its rows from the other core's cache). The same
+    bits as run_matvec_into of each and activation.apply_range over the rows."""
+    xr = quantized_run_activations(code, x)
+    n, k = xr[0].shape
+    threads = pool_threads()
+    num_groups = (gate.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
+    if threads > 1 and 2 * gate.shape[0] * k * n >= PARALLEL_MIN_WORK:
+        chunks = max(1, min(num_groups, spans_per_thread(n) * threads))
+        _parallel_into(rows, code, gate, up, xr, gate_out, up_out, activation, chunks, min(chunks, threads))
+    else:
+        _gated_groups_into(rows, code, gate, up, xr, gate_out, up_out, activation, 0, num_groups)
