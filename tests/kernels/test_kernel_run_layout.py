@@ -267,3 +267,19 @@ def test_every_lane_dot_kind_gives_the_portable_run_dots(ggml_type, k, kind):
         else:  # the zero point leaves every lane, not the first 4 of a folded group, or a folded group's dots go
             # through a different number of float lanes: float rounding differs
             np.testing.assert_allclose(fast, portable, rtol=1e-5, atol=1e-5 * np.abs(portable).max())
+
+
+def test_q8_0_repack_is_a_leaf_job_compiled_with_the_signature_repack_uses():
+    """Where Q8_0 takes the run layout (no AMX), its row gather is one of the model's leaf jobs (a tier compiled
+    from another tier's recording, as the build makes them, would otherwise compile it on first use), compiled for
+    exactly the types repack calls it with."""
+    from kernels_numba.cpu.matvec import run_layout
+    w = random_weight(QT.Q8_0, (64, 576), np.random.default_rng(7))
+    jobs = dispatch.leaf_jobs([w], max_num_tokens=8)
+    repack_job = dispatch.LeafJob(dispatch.REPACK_ROWS, qt.Q8_0)
+    assert (repack_job in jobs) == (dispatch.kernel_code(w) == qt.R_Q8_0)
+    dispatch.compile_leaf(repack_job)
+    compiled = set(run_layout._gather_rows_into.signatures)
+    assert run_layout.GATHER_SIGNATURE in compiled
+    run_layout.repack(qt.Q8_0, np.asarray(w.data).view(np.uint8).reshape(64, -1))
+    assert set(run_layout._gather_rows_into.signatures) == compiled

@@ -275,11 +275,12 @@ def _shared_run_into(kernels, mats, first, quants, scales, outs, count):
 @dataclass(frozen=True, order=True)
 class LeafJob:
     """One leaf kernel to compile ahead of a run (pocket warmup: one process each, in parallel)."""
-    path: int  # one of the paths with leaves, or DECODE_ROWS (the embedding's row decode)
+    path: int  # one of the paths with leaves, DECODE_ROWS (the embedding's row decode) or REPACK_ROWS
     code: int
 
 
 DECODE_ROWS = -1  # LeafJob.path of dequant.decode_rows_kernel (embedding lookups)
+REPACK_ROWS = -2  # LeafJob.path of run_layout.compile_repack (a GGUF type's rows into the run layout)
 _JOB_TOKEN_COUNTS = (1, 2, MAX_FUSED_TOKENS, MAX_FUSED_TOKENS + 1, MAX_BATCH_TOKENS, MAX_BATCH_TOKENS + 1,
                      MAX_INT8_TOKENS, MAX_INT8_TOKENS + 1, MAX_RUN_TOKENS, MAX_RUN_TOKENS + 1)
 
@@ -292,7 +293,8 @@ def kernel_code(w: WeightTensor) -> int:
 
 def leaf_jobs(weights, max_num_tokens: int) -> list[LeafJob]:
     """The leaf kernels that mat-vecs of `weights` over 1..max_num_tokens tokens (and embedding lookups of the
-    token embedding, named *embd* or *embed*) compile on first use, each once."""
+    token embedding, named *embd* or *embed*, and the repacking of Q8_0 rows into the run layout) compile on first
+    use, each once."""
     jobs = set()
     for w in weights:
         if w.fp8 is not None or w.ggml_type not in qt.TYPE_CODES:
@@ -300,6 +302,8 @@ def leaf_jobs(weights, max_num_tokens: int) -> list[LeafJob]:
         code = kernel_code(w)
         if "embd" in w.name or "embed" in w.name:
             jobs.add(LeafJob(DECODE_ROWS, qt.type_code_of(w)))
+        if code == qt.R_Q8_0:  # repacked at load by a compiled gather (the other types: numpy)
+            jobs.add(LeafJob(REPACK_ROWS, qt.Q8_0))
         for num_tokens in sorted({min(n, max_num_tokens) for n in _JOB_TOKEN_COUNTS} | {max_num_tokens}):
             path = F32_BLAS if code == qt.F32 else choose_path(code, num_tokens)
             if path in _LEAVES:
@@ -311,6 +315,8 @@ def compile_leaf(job: LeafJob) -> None:
     """Compile job's leaf into numba's cache (or load it from there) without running it."""
     if job.path == DECODE_ROWS:
         decode_rows_kernel(job.code)
+    elif job.path == REPACK_ROWS:
+        run_layout.compile_repack(job.code)
     else:
         _LEAVES[job.path](job.code)
 

@@ -32,7 +32,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 from numba.extending import register_jitable
 
 from gguf_loader.private_bytes import private_bytes
@@ -195,9 +195,25 @@ def _gather_rows_into(raw, sources, masks, out):
             out[r, i] = raw[r, sources[i]] ^ masks[i]
 
 
+# _gather_rows_into as repack calls it: a read-only chunk of GGUF rows, q8_0_sources' tables, the packed rows
+GATHER_SIGNATURE = (types.Array(types.uint8, 2, "C", readonly=True), types.Array(types.int64, 1, "C", readonly=True),
+                    types.Array(types.uint8, 1, "C", readonly=True), types.Array(types.uint8, 2, "C"))
+
+
+def compile_repack(code: int) -> None:
+    """Compile (or load from numba's cache) the kernel that repacks rows of GGUF type `code` into the run layout,
+    without running it: Q8_0's byte gather (the other types repack with numpy). A tier whose kernels are compiled
+    from another tier's recorded signatures (the build: the AMX tier keeps Q8_0 in GGUF order, so its recording
+    never repacks) gets it as a leaf job (dispatch.leaf_jobs)."""
+    if code == qt.Q8_0:
+        _gather_rows_into.compile(GATHER_SIGNATURE)
+
+
 def _repack_rows_into(code: int, raw: np.ndarray, out: np.ndarray) -> None:
     if code == qt.Q8_0:
-        _gather_rows_into(raw, *q8_0_sources(raw.shape[1]), out)
+        rows = raw.view()
+        rows.flags.writeable = False  # one signature whether the chunk came as a copy or as a read-only view
+        _gather_rows_into(rows, *q8_0_sources(raw.shape[1]), out)
     elif code == qt.Q5_0:
         out[...] = _block_format(raw, 22, has_fifth_bit=True)
     elif code == qt.Q4_0:

@@ -5,9 +5,10 @@ x is quantized as int8_dot does (32 values to a scale), then regrouped like the 
 slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
 (-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split into spans (8 a
 thread; 2 in a decode batch) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a
-thread that loses its core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up) run in one parallel
-region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5 regions a decode layer
-instead of 8. A prefill chunk's x is quantized and regrouped on the pool's threads too (`quantized_run_activations`).
+thread that loses its core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up)
+run in one parallel region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5
+regions a decode layer instead of 8; gate and up of one code also apply the activation there
+(`run_gated_matvecs_into`). A prefill chunk's x is quantized and regrouped on the pool's threads too (`quantized_run_activations`).
 Tokens go in passes of 8, 4, 2 and 1 (prefill chunks whose x rows alias in L1: 4, 2, 1), each pass one row at a
 time inside the IR (run_dot.row_range_intrinsic: the token pointers once per call). A decode batch (under
 SPAN_PASS_TOKENS) runs each pass over a thread's whole span of rows; longer inputs (prefill chunks) run them group
