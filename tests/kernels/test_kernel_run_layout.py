@@ -13,7 +13,6 @@ from gguf_loader.private_bytes import private_bytes
 from kernels_numba.cpu.activation import GELU_TANH, SILU, apply_range
 from kernels_numba.cpu.matvec import dispatch
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.ir.amx_tiles import AMX_IS_AVAILABLE
 from kernels_numba.cpu.dequant import decode_rows
 from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.matvec.int8_dot import quantize_activations
@@ -27,11 +26,9 @@ from tests.kernels.resident_memory import resident_kib
 
 pytestmark = pytest.mark.skipif(not dispatch.USE_RUN_LAYOUT, reason="the run layout needs integer dot instructions")
 
-no_amx = pytest.mark.skipif(AMX_IS_AVAILABLE, reason="with AMX, Q8_0 keeps its GGUF rows (amx_matvec)")
-
 
 def q8_0(*shape):
-    return pytest.param(QT.Q8_0, *shape, marks=no_amx)
+    return pytest.param(QT.Q8_0, *shape)
 
 
 # row lengths whose groups cover every width: 640 = 16 + 4 runs, 384 = 8 + 4, 896 = 16 + 8 + 4, 768 = 16 + 8,
@@ -48,7 +45,7 @@ def test_groups_cover_the_row_in_widths_16_8_4_2():
     assert groups_of(32) == [(0, 16), (16, 16)]
     assert groups_of(18) == [(0, 16), (16, 2)] and groups_of(30) == [(0, 16), (16, 8), (24, 4), (28, 2)]
     assert not supports(qt.Q5_0, 96) and supports(qt.Q5_0, 576) and not supports(qt.F16, 640)
-    assert supports(qt.Q8_0, 640, has_amx=False) and not supports(qt.Q8_0, 640, has_amx=True)
+    assert supports(qt.Q8_0, 640) and not supports(qt.Q8_0, 600)
 
 
 @pytest.mark.parametrize("ggml_type, rows, k", SHAPES)
@@ -270,9 +267,9 @@ def test_every_lane_dot_kind_gives_the_portable_run_dots(ggml_type, k, kind):
 
 
 def test_q8_0_repack_is_a_leaf_job_compiled_with_the_signature_repack_uses():
-    """Where Q8_0 takes the run layout (no AMX), its row gather is one of the model's leaf jobs (a tier compiled
-    from another tier's recording, as the build makes them, would otherwise compile it on first use), compiled for
-    exactly the types repack calls it with."""
+    """Where Q8_0 takes the run layout (the tiers with 8-bit dots), its row gather is one of the model's leaf jobs
+    (a tier compiled from another tier's recording, as the build makes them, would otherwise compile it on first
+    use), compiled for exactly the types repack calls it with."""
     from kernels_numba.cpu.matvec import run_layout
     w = random_weight(QT.Q8_0, (64, 576), np.random.default_rng(7))
     jobs = dispatch.leaf_jobs([w], max_num_tokens=8)

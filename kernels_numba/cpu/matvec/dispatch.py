@@ -3,8 +3,8 @@
 | path     | serves                                                   | quant types                        | tokens |
 |----------|----------------------------------------------------------|------------------------------------|--------|
 | f32_blas | numpy matmul on the float32 rows                         | F32                                | any    |
-| run      | 8-bit dots on the run layout (run_matvec.py)             | Q4_0/1 Q5_0 Q4_K Q6_K Q8_0(no AMX) | any    |
-| amx      | AMX tiles on 8-bit activations (amx_matvec.py)           | Q8_0 where the CPU has AMX         | <= 48  |
+| run      | 8-bit dots on the run layout (run_matvec.py)             | Q4_0/1 Q5_0 Q4_K Q6_K Q8_0         | any    |
+| amx      | AMX tiles on 8-bit activations (amx_matvec.py)           | Q8_0 rows with no run layout, AMX  | <= 48  |
 | int8     | 8-bit dots on the GGUF rows (int8_matvec.py)             | Q8_0 Q5_0 Q4_0 Q6_K Q4_K           | <= 48  |
 | batch    | float32 register tiles, one decode per block (batch_dot) | BATCH_CODES                        | 2-12   |
 | fused    | float32 fused dot, one row group at a time (matmul)      | every type                         | <= 8/12|
