@@ -92,6 +92,30 @@ def test_a_token_gets_the_same_bits_alone_and_in_any_batch(ggml_type, k):
         np.testing.assert_array_equal(batch.view(np.uint32), alone[:num_tokens].view(np.uint32))
 
 
+@pytest.mark.parametrize("num_tokens", [5, 9, 12])
+def test_a_decode_batch_of_several_passes_sweeps_the_rows_in_pieces_with_each_tokens_bits(num_tokens):
+    """A decode batch of more than one pass over rows of more than SWEEP_BYTES (here ~2.6 sweeps a span on one
+    thread) runs every pass over one piece before the next: each token's bits are still its bits alone."""
+    from kernels_numba.cpu.matvec.run_matvec import SWEEP_BYTES
+    rng = np.random.default_rng(num_tokens)
+    w = random_weight(QT.Q4_0, (1200, 576), rng)
+    runs = run_weights(w)
+    assert runs.data.nbytes > 2 * SWEEP_BYTES
+    x = rng.standard_normal((num_tokens, 576)).astype(np.float32)
+    alone = np.empty((num_tokens, 1200), np.float32)
+    for t in range(num_tokens):
+        dispatch.linear_rows_into(runs.code, runs.data, x[t:t + 1], alone[t:t + 1])
+    threads = numba.get_num_threads()
+    try:
+        for pool in sorted({1, threads}):
+            numba.set_num_threads(pool)
+            batch = np.full((num_tokens, 1200), np.nan, np.float32)
+            dispatch.linear_rows_into(runs.code, runs.data, x, batch)
+            np.testing.assert_array_equal(batch.view(np.uint32), alone.view(np.uint32))
+    finally:
+        numba.set_num_threads(threads)
+
+
 def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     rng = np.random.default_rng(5)
     w = random_weight(QT.Q5_0, (48, 640), rng)
