@@ -8,11 +8,12 @@ thread; 2 in a decode batch) that the threads take from a shared counter as they
 thread that loses its core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up)
 run in one parallel region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5
 regions a decode layer instead of 8; gate and up of one code also apply the activation there
-(`run_gated_matvecs_into`). A prefill chunk's x is quantized and regrouped on the pool's threads too (`quantized_run_activations`).
-Tokens go in passes of 8, 4, 2 and 1 (prefill chunks whose x rows alias in L1: 4, 2, 1), each pass one row at a
-time inside the IR (run_dot.row_range_intrinsic: the token pointers once per call). A decode batch (under
-SPAN_PASS_TOKENS) runs each pass over a thread's whole span of rows; longer inputs (prefill chunks) run them group
-by group, the row bytes staying in L1 between passes. A (row, token) dot is the same IR in every pass, so results
+(`run_gated_matvecs_into`). A prefill chunk's x is quantized and regrouped on the pool's threads too
+(`quantized_run_activations`). Tokens go in passes of 8, 4, 2 and 1 (prefill chunks whose x rows alias in L1: 4,
+2, 1), each pass one row at a time inside the IR (run_dot.row_range_intrinsic: the token pointers once per call).
+A decode batch (under SPAN_PASS_TOKENS) runs each pass over a thread's whole span of rows (SWEEP_BYTES of them at a
+time where it takes more than one pass); longer inputs (prefill chunks) run them group by group, the row bytes
+staying in L1 between passes. A (row, token) dot is the same IR in every pass, so results
 do not depend on the batch.
 
 Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x640 1 token 1.77x faster, 8 tokens
@@ -239,7 +240,10 @@ SWEEP_BYTES = 128 * 1024
 @njit(cache=True, inline="always")
 def _is_one_pass(num_tokens):
     """Whether num_tokens tokens take a single pass (a PASS_TOKENS width)."""
-    return num_tokens == 8 or num_tokens == 4 or num_tokens == 2 or num_tokens == 1
+    for width in PASS_TOKENS:
+        if num_tokens == width:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -261,6 +265,30 @@ def _groups_into(rows, code, data, xr, out, first_group, stop_group):
                          first_token, stop_token, False, widest)
 
 
+@njit(cache=True)
+def _gated_groups_into(rows, code, gate, up, xr, gate_out, up_out, activation, first_group, stop_group):
+    """Row groups first_group..stop_group-1 of gate and of up, then gate_out = activation(gate_out) * up_out on
+    those rows of every token (activation.apply_range: the same floats as over the whole rows at once)."""
+    _groups_into(rows, code, gate, xr, gate_out, first_group, stop_group)
+    _groups_into(rows, code, up, xr, up_out, first_group, stop_group)
+    first_row, stop_row = first_group * ROWS_PER_GROUP, min(gate.shape[0], stop_group * ROWS_PER_GROUP)
+    for t in range(gate_out.shape[0]):
+        apply_range(activation, gate_out[t], up_out[t], np.float32(0.0), gate_out[t], first_row, stop_row)
+
+
+NO_ACTIVATION = -1  # a plain mat-vec: no up rows, no activation
+
+
+@njit(cache=True, inline="always")
+def _span_into(rows, code, data, up, xr, out, up_out, activation, first_group, stop_group):
+    """Row groups first_group..stop_group-1 of a plain mat-vec (activation NO_ACTIVATION: up and up_out are not
+    read) or of a gated one (_gated_groups_into)."""
+    if activation == NO_ACTIVATION:
+        _groups_into(rows, code, data, xr, out, first_group, stop_group)
+    else:
+        _gated_groups_into(rows, code, data, up, xr, out, up_out, activation, first_group, stop_group)
+
+
 CLAIMED_SPANS_PER_THREAD = 8  # spans of rows a thread takes, one at a time, from a region's shared counter
 # ... in a decode batch (under SPAN_PASS_TOKENS tokens): each span is a pass of its own over rows streamed from
 # memory, and every span start costs ~0.3-0.6 us more than the rows it holds (a thread's range cut into 8
@@ -278,24 +306,17 @@ def spans_per_thread(num_tokens):
     return DECODE_SPANS_PER_THREAD if num_tokens < SPAN_PASS_TOKENS else CLAIMED_SPANS_PER_THREAD
 
 
-NO_ACTIVATION = -1  # _parallel_into's plain mat-vec: no up rows, no activation
-
-
 @njit(cache=True, parallel=True)
 def _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, workers):
     """The row groups in `chunks` spans, each of `workers` threads taking the next span until none is left
-    (atomic_counter). With an activation (not NO_ACTIVATION), up's rows of each span too, then out = activation(out)
-    * up_out on them (_gated_groups_into); else up and up_out are not read."""
+    (atomic_counter), each span by _span_into."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     counter = new_counter()
     for worker in prange(workers):
         chunk = claim_next(counter)
         while chunk < chunks:
             first, stop = chunk_span(chunk, chunks, num_groups)
-            if activation == NO_ACTIVATION:
-                _groups_into(rows, code, data, xr, out, first, stop)
-            else:
-                _gated_groups_into(rows, code, data, up, xr, out, up_out, activation, first, stop)
+            _span_into(rows, code, data, up, xr, out, up_out, activation, first, stop)
             chunk = claim_next(counter)
 
 
@@ -310,14 +331,22 @@ def run_matvec_into(rows, code, data, x, out):
 def run_matvec_regrouped_into(rows, code, data, xr, out):
     """run_matvec_into of activations already in the run code's layout (run_activations): mat-vecs of one code
     that share an input regroup it once."""
+    _spans_into(rows, code, data, data, xr, out, out, NO_ACTIVATION)
+
+
+@njit(cache=True)
+def _spans_into(rows, code, data, up, xr, out, up_out, activation):
+    """_span_into over all of data's row groups: on the pool in claimed spans where the work (rows x k x tokens, up's
+    rows too when gated) is worth waking it, else on this thread."""
     n, k = xr[0].shape
     threads = pool_threads()
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    if threads > 1 and data.shape[0] * k * n >= PARALLEL_MIN_WORK:
+    num_mats = 1 if activation == NO_ACTIVATION else 2
+    if threads > 1 and num_mats * data.shape[0] * k * n >= PARALLEL_MIN_WORK:
         chunks = max(1, min(num_groups, spans_per_thread(n) * threads))
-        _parallel_into(rows, code, data, data, xr, out, out, NO_ACTIVATION, chunks, min(chunks, threads))
+        _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, min(chunks, threads))
     else:
-        _groups_into(rows, code, data, xr, out, 0, num_groups)
+        _span_into(rows, code, data, up, xr, out, up_out, activation, 0, num_groups)
 
 
 MAX_SHARED_MATS = 3  # q/k/v; gate/up pass 2
@@ -411,29 +440,10 @@ def _padded_to_shared(items, filler):
 
 
 @njit(cache=True)
-def _gated_groups_into(rows, code, gate, up, xr, gate_out, up_out, activation, first_group, stop_group):
-    """Row groups first_group..stop_group-1 of gate and of up, then gate_out = activation(gate_out) * up_out on
-    those rows of every token (activation.apply_range: the same floats as over the whole rows at once)."""
-    _groups_into(rows, code, gate, xr, gate_out, first_group, stop_group)
-    _groups_into(rows, code, up, xr, up_out, first_group, stop_group)
-    first_row, stop_row = first_group * ROWS_PER_GROUP, min(gate.shape[0], stop_group * ROWS_PER_GROUP)
-    for t in range(gate_out.shape[0]):
-        apply_range(activation, gate_out[t], up_out[t], np.float32(0.0), gate_out[t], first_row, stop_row)
-
-
-@njit(cache=True)
 def run_gated_matvecs_into(rows, code, gate, up, x, gate_out, up_out, activation):
     """gate_out = activation(x @ gate.T) * (x @ up.T) and up_out = x @ up.T, for gate and up of one run code and
     shape (rows: their leaf handles), x quantized and regrouped once. Each thread applies the activation to the
     rows it has just multiplied, while they are in its cache, instead of one thread over all of them after the
     region (the decode layer's feed-forward: that pass read half its rows from the other core's cache). The same
     bits as run_matvec_into of each and activation.apply_range over the rows."""
-    xr = quantized_run_activations(code, x)
-    n, k = xr[0].shape
-    threads = pool_threads()
-    num_groups = (gate.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    if threads > 1 and 2 * gate.shape[0] * k * n >= PARALLEL_MIN_WORK:
-        chunks = max(1, min(num_groups, spans_per_thread(n) * threads))
-        _parallel_into(rows, code, gate, up, xr, gate_out, up_out, activation, chunks, min(chunks, threads))
-    else:
-        _gated_groups_into(rows, code, gate, up, xr, gate_out, up_out, activation, 0, num_groups)
+    _spans_into(rows, code, gate, up, quantized_run_activations(code, x), gate_out, up_out, activation)
