@@ -53,24 +53,24 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
     """out[h] = softmax(scale * queries[h] . keys) @ values over key positions first_key..last_key of one sequence,
     for query heads queries: [heads, head_dim] that all read kv head kv_head. Each head's arithmetic is the same
     whatever heads share the call and whatever the batch, so a token's result does not depend on either.
-    A cache of another type than f32 (kv_type) is read a row at a time, each decoded into `rows` (kv_row)."""
-    block_size = k_cache.shape[1]
+    A cache of another type than f32 (kv_type) is read a row at a time, each decoded into `rows` (kv_row). The
+    weights are normalised once, at the end, not as each value row is added (LLVM had moved that division into the
+    value loop: a vdivps each 8 values)."""
     num_heads, head_dim = queries.shape
     num_keys = last_key - first_key + 1
     scores = np.empty((num_heads, num_keys), dtype=np.float32)
     rows = np.empty((KEYS_AT_ONCE, head_dim), dtype=np.float32)
-    k_rows, v_rows, num_kv_heads = _rows(k_cache), _rows(v_cache), k_cache.shape[2]
-    _prefetch_rows(k_rows, block_table, block_size, num_kv_heads, kv_head, first_key,
-                   min(first_key + PREFETCH_KEYS_AHEAD, last_key + 1))
+    k_rows, v_rows = _rows(k_cache), _rows(v_cache)
+    blocks, offsets, row_ids = _key_places(block_table, k_cache.shape[1], k_cache.shape[2], kv_head, first_key,
+                                           num_keys)
+    _prefetch_rows(k_rows, row_ids, 0, PREFETCH_KEYS_AHEAD)
     i = 0
     while i + KEYS_AT_ONCE <= num_keys:
-        p = first_key + i
-        _prefetch_rows(k_rows, block_table, block_size, num_kv_heads, kv_head, p + PREFETCH_KEYS_AHEAD,
-                       min(p + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE, last_key + 1))
-        k0 = kv_row(k_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
-        k1 = kv_row(k_cache, kv_type, block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head, rows[1])
-        k2 = kv_row(k_cache, kv_type, block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head, rows[2])
-        k3 = kv_row(k_cache, kv_type, block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head, rows[3])
+        _prefetch_rows(k_rows, row_ids, i + PREFETCH_KEYS_AHEAD, i + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE)
+        k0 = kv_row(k_cache, kv_type, blocks[i], offsets[i], kv_head, rows[0])
+        k1 = kv_row(k_cache, kv_type, blocks[i + 1], offsets[i + 1], kv_head, rows[1])
+        k2 = kv_row(k_cache, kv_type, blocks[i + 2], offsets[i + 2], kv_head, rows[2])
+        k3 = kv_row(k_cache, kv_type, blocks[i + 3], offsets[i + 3], kv_head, rows[3])
         for h in range(num_heads):
             query = queries[h]
             s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -85,8 +85,7 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
                 s0 * scale, s1 * scale, s2 * scale, s3 * scale)
         i += KEYS_AT_ONCE
     while i < num_keys:
-        p = first_key + i
-        key = kv_row(k_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
+        key = kv_row(k_cache, kv_type, blocks[i], offsets[i], kv_head, rows[0])
         for h in range(num_heads):
             query = queries[h]
             score = np.float32(0.0)
@@ -98,35 +97,31 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
     for h in range(num_heads):
         totals[h] = _exp_weights_in_place(scores[h], softcap)
     acc = np.zeros((num_heads, head_dim), dtype=np.float32)
-    _prefetch_rows(v_rows, block_table, block_size, num_kv_heads, kv_head, first_key,
-                   min(first_key + PREFETCH_KEYS_AHEAD, last_key + 1))
+    _prefetch_rows(v_rows, row_ids, 0, PREFETCH_KEYS_AHEAD)
     i = 0
     while i + KEYS_AT_ONCE <= num_keys:
-        p = first_key + i
-        _prefetch_rows(v_rows, block_table, block_size, num_kv_heads, kv_head, p + PREFETCH_KEYS_AHEAD,
-                       min(p + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE, last_key + 1))
-        v0 = kv_row(v_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
-        v1 = kv_row(v_cache, kv_type, block_table[(p + 1) // block_size], (p + 1) % block_size, kv_head, rows[1])
-        v2 = kv_row(v_cache, kv_type, block_table[(p + 2) // block_size], (p + 2) % block_size, kv_head, rows[2])
-        v3 = kv_row(v_cache, kv_type, block_table[(p + 3) // block_size], (p + 3) % block_size, kv_head, rows[3])
+        _prefetch_rows(v_rows, row_ids, i + PREFETCH_KEYS_AHEAD, i + PREFETCH_KEYS_AHEAD + KEYS_AT_ONCE)
+        v0 = kv_row(v_cache, kv_type, blocks[i], offsets[i], kv_head, rows[0])
+        v1 = kv_row(v_cache, kv_type, blocks[i + 1], offsets[i + 1], kv_head, rows[1])
+        v2 = kv_row(v_cache, kv_type, blocks[i + 2], offsets[i + 2], kv_head, rows[2])
+        v3 = kv_row(v_cache, kv_type, blocks[i + 3], offsets[i + 3], kv_head, rows[3])
         for h in range(num_heads):
-            head_scores, total, head_acc = scores[h], totals[h], acc[h]
-            w0, w1, w2, w3 = (head_scores[i] / total, head_scores[i + 1] / total, head_scores[i + 2] / total,
-                              head_scores[i + 3] / total)
+            head_scores, head_acc = scores[h], acc[h]
+            w0, w1, w2, w3 = head_scores[i], head_scores[i + 1], head_scores[i + 2], head_scores[i + 3]
             for d in range(head_dim):
                 head_acc[d] += w0 * v0[d] + w1 * v1[d] + w2 * v2[d] + w3 * v3[d]
         i += KEYS_AT_ONCE
     while i < num_keys:
-        p = first_key + i
-        value = kv_row(v_cache, kv_type, block_table[p // block_size], p % block_size, kv_head, rows[0])
+        value = kv_row(v_cache, kv_type, blocks[i], offsets[i], kv_head, rows[0])
         for h in range(num_heads):
-            weight, head_acc = scores[h, i] / totals[h], acc[h]
+            weight, head_acc = scores[h, i], acc[h]
             for d in range(head_dim):
                 head_acc[d] += weight * value[d]
         i += 1
     for h in range(num_heads):  # element loops, not out[:, :] = acc: see kv_store.store_kv_into
+        total = totals[h]
         for d in range(head_dim):
-            out[h, d] = acc[h, d]
+            out[h, d] = acc[h, d] / total
 
 
 @njit(cache=True, inline="always")
@@ -137,13 +132,30 @@ def _rows(cache):
 
 
 @njit(cache=True, inline="always")
-def _prefetch_rows(rows, block_table, block_size, num_kv_heads, kv_head, first, stop):
-    """Prefetch the rows (_rows of a cache) of key positions first..stop-1: a sequence's rows lie in scattered
+def _key_places(block_table, block_size, num_kv_heads, kv_head, first_key, num_keys):
+    """Where key positions first_key.. (num_keys of them) lie: their cache blocks, offsets in the block, and kv head
+    kv_head's row in _rows, stepping through the block table (no integer division a key: with a 64-bit idiv or two
+    per row read and prefetch, the divisions cost about as much as the rows' dots)."""
+    blocks = np.empty(num_keys, dtype=np.int64)
+    offsets = np.empty(num_keys, dtype=np.int64)
+    row_ids = np.empty(num_keys, dtype=np.int64)
+    table_index, offset = first_key // block_size, first_key % block_size
+    for i in range(num_keys):
+        blocks[i], offsets[i] = block_table[table_index], offset
+        row_ids[i] = (blocks[i] * block_size + offset) * num_kv_heads + kv_head
+        offset += 1
+        if offset == block_size:
+            table_index, offset = table_index + 1, 0
+    return blocks, offsets, row_ids
+
+
+@njit(cache=True, inline="always")
+def _prefetch_rows(rows, row_ids, first, stop):
+    """Prefetch rows row_ids[first:stop] (clipped to the keys there are): a sequence's rows lie in scattered
     blocks, out of the hardware prefetcher's view."""
-    for p in range(first, stop):
-        row = (block_table[p // block_size] * block_size + p % block_size) * num_kv_heads + kv_head
+    for i in range(first, min(stop, row_ids.size)):
         for column in range(0, rows.shape[1], CACHE_LINE_BYTES // rows.itemsize):
-            prefetch_byte(rows, row, column)
+            prefetch_byte(rows, row_ids[i], column)
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
