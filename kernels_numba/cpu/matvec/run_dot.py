@@ -20,16 +20,17 @@ dependency chains the slices are split into (for latency) change nothing, and th
 (row, token) are the same whatever tokens share the call: one token gets the same bits alone, in a serve batch
 or in a speculative verify pass.
 
-On 256-bit registers (the avx2 kind) a pass of 2 to 8 tokens sweeps a row's full groups half group by half group
-(8 runs: one ymm of lanes), then the mins: a half group's 8 unpacked weight vectors stay in registers across the
-tokens instead of spilling with 16 of them beside 8 tokens' accumulators. Each lane gets the same float operations
-in the same order, so the same bits. SmolLM2 Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4 at the AVX2 tier (i25-serve8):
-576x1536 403 -> 338 cycles a row, 1536x576 206 -> 180, 576x576 239-314 -> 175-186; the Q8_0 head 49152x576
-~5-10% (its signed weights take 16 ymm a half group: vpsignb needs them and their magnitudes). Q6_K (4 slices a
-run, 8 ymm a group) keeps the plain loop.
+On 256-bit registers (the avx2 and avxvnni kinds) a pass of 2 to 8 tokens sweeps a row's full groups half group by
+half group (8 runs: one ymm of lanes), then the mins: a half group's 8 unpacked weight vectors stay in registers
+across the tokens instead of spilling with 16 of them beside 8 tokens' accumulators (avx2: the mins in a sweep
+of their own after the dots, avxvnni: each half group's right after its dots). Each lane gets the same float
+operations in the same order, so the same bits. SmolLM2 Q4_1 at 8 tokens, 1 thread, AMD EPYC Zen 4 at the AVX2 tier
+(i25-serve8): 576x1536 403 -> 338 cycles a row, 1536x576 206 -> 180, 576x576 239-314 -> 175-186; the Q8_0 head
+49152x576 ~5-10% (its signed weights take 16 ymm a half group: vpsignb needs them and their magnitudes). Q6_K (4
+slices a run, 8 ymm a group) keeps the plain loop.
 
-Against int8_dot's GGUF-order dots this does one float epilogue per run instead of one per 4 values (8x fewer
-float ops) and unpacks 64 weights with 2-3 vector ops instead of ~5.
+Against int8_dot's GGUF-order dots this does one float epilogue per run instead of one per 4 values (8x fewer float
+ops) and unpacks 64 weights with 2-3 vector ops instead of ~5.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kernels_numba.cpu.matvec import quant_type as qt
-from kernels_numba.cpu.ir.byte_dot import AVX2, VNNI512, best_byte_dot, byte_dot
+from kernels_numba.cpu.ir.byte_dot import AVX2, AVXVNNI, VNNI512, best_byte_dot, byte_dot
 from kernels_numba.cpu.matvec.int8_dot import _q4_k_scales_and_mins
 from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_SLICES, GROUP_RUNS, ZERO_POINTS
 from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
@@ -379,11 +380,15 @@ def _add_products(builder, accumulator, a, b, register_lanes):
 
 def _sweeps_mins(run_format, lane_dot):
     """Whether a row's full groups' mins go in a sweep of their own after the groups' dots (_full_group_mins), at
-    every token count: where multi-token passes go by halves, whose dots sweep the row twice (so the 1-token loop
-    keeps the same order, for the same bits). Elsewhere each group adds its mins right after its dots, from the
-    same unpacked header (Q4_K's 6-bit scales and mins: a sweep of their own unpacked them twice, Gemma 3 270M
-    pp512 ~0.9x)."""
-    return run_format.has_mins and _has_half_group_passes(run_format, lane_dot)
+    every token count: the avx2 kind's, whose multi-token passes go by halves. Elsewhere each group adds its mins
+    right after its dots, from the same unpacked header (Q4_K's 6-bit scales and mins: a sweep of their own
+    unpacked them twice, Gemma 3 270M pp512 ~0.9x), and the avxvnni kind's half groups each add their half of the
+    mins (_half_group_step), which keeps every lane's operations in the 1-token loop's order. On the avx2 kind
+    that cost the 8-token passes more than the sweep (SmolLM2 Q4_1, 1 thread, Intel Xeon at the avxvnni tier,
+    in-process: 1536x576 105.7 -> 112.5 us, 576x1536 86.4 -> 95.5); on the avxvnni kind the sweep cost the 1-token
+    loop more (14.1 -> 15.3 us, 12.7 -> 13.5) than the mins in the halves cost 8 tokens (90.2 -> 93.0, 76.9 ->
+    81.5 us)."""
+    return run_format.has_mins and lane_dot.kind == AVX2 and _has_half_group_passes(run_format, lane_dot)
 
 
 def _goes_by_halves(run_format, lane_dot, num_tokens):
@@ -393,12 +398,15 @@ def _goes_by_halves(run_format, lane_dot, num_tokens):
 
 
 def _has_half_group_passes(run_format, lane_dot):
-    """Whether this format's multi-token passes go half group by half group: on 256-bit registers (the avx2 kind) a
-    16-run group's 8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's 8-token group
-    loop: 155 spill moves in 568 instructions, a load each beside the x operands); a half group's 8 vectors mostly
-    can (46 in 459). Q6_K's 4 slices already fit (8 ymm), and unpacking them twice costs more than its spills (384
-    instructions against 337)."""
-    return lane_dot.kind == AVX2 and run_format.num_slices == 8
+    """Whether this format's multi-token passes go half group by half group: on 256-bit registers (the avx2 and
+    avxvnni kinds) a 16-run group's 8 slices (16 ymm) and a pass's accumulators cannot all stay in registers (Q4_1's
+    8-token group loop: 155 spill moves in 568 instructions, a load each beside the x operands); a half group's 8
+    vectors mostly can (46 in 459). Q6_K's 4 slices already fit (8 ymm), and unpacking them twice costs more than
+    its spills (384 instructions against 337). The avxvnni kind (vpdpbusd ymm) went by whole groups until the
+    twenty-first session: 8 tokens, 1 thread, Intel Xeon at the avxvnni tier, in-process A/B (two runs): SmolLM2
+    Q4_1 1536x576 101-122 -> 88-93 us, 576x1536 90-108 -> 74-82, 576x576 39-49 -> 35, its Q8_0 head 49152x576
+    3268 -> 3021; Gemma 3 Q5_0 2048x640 164 -> 135, Q4_K 640x2048 134 -> 117 (1 token the same: _sweeps_mins)."""
+    return lane_dot.kind in (AVX2, AVXVNNI) and run_format.num_slices == 8
 
 
 def _half(builder, vector, half):
@@ -416,7 +424,9 @@ def _half_group_step(run_format, lane_dot, builder, group, first_run, half, xs, 
     scales = _half(builder, weights.scales, half)
     first_lane = builder.add(first_run, _I64(HALF_RUNS * half))
     value_offset = builder.mul(first_run, _I64(run_format.run_values))
-    for (quants, x_scales, starts, _), accumulator in zip(xs, accumulators):
+    with_mins = run_format.has_mins and not _sweeps_mins(run_format, lane_dot)  # the avxvnni kind's
+    minus_factors = _half(builder, builder.fneg(weights.min_factors), half) if with_mins else None
+    for (quants, x_scales, starts, sums), accumulator in zip(xs, accumulators):
         x_values = builder.gep(quants, [value_offset])
         x_slices = [load_vector(builder, builder.gep(x_values, [_I64(4 * GROUP_RUNS * j + 4 * HALF_RUNS * half)]),
                                 _bytes(HALF_RUNS)) for j in range(len(slices))]
@@ -427,6 +437,9 @@ def _half_group_step(run_format, lane_dot, builder, group, first_run, half, xs, 
                                                     align=4))
         builder.store(_fma(builder, builder.sitofp(run_ints, _floats(HALF_RUNS)), products,
                            builder.load(accumulator)), accumulator)
+        if with_mins:
+            x_sums = load_vector(builder, builder.gep(sums, [first_lane]), _floats(HALF_RUNS), align=4)
+            builder.store(_fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
 
 
 def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators):
