@@ -107,6 +107,17 @@ def host_features() -> frozenset[str]:
         return frozenset()
 
 
+def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor string as the kernel reports it ("GenuineIntel", "AuthenticAMD"), "" where unknown (no
+    /proc/cpuinfo, an ARM CPU)."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as cpuinfo:
+            line = next((line for line in cpuinfo if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+    return line.partition(":")[2].strip()
+
+
 def current_tier(environ=os.environ) -> str:
     """The tier numba's settings in the environment name: a tier, "custom", or "native" when none is applied."""
     cpu_name = environ.get(CPU_NAME_ENV) or None

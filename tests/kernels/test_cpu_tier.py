@@ -248,3 +248,28 @@ def test_the_avxvnni_tier_uses_vex_vpdpbusd_on_256_bit_registers(tmp_path):
     vnni_lines = [line for line in assembly.splitlines() if "vpdpbusd" in line]
     assert vnni_lines and all("{vex}" in line and "%ymm" in line for line in vnni_lines)
     assert "zmm" not in assembly and "%k1" not in assembly
+
+
+def test_cpu_vendor_reads_the_vendor_line(tmp_path):
+    from kernels_numba.cpu_tier import cpu_vendor
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert cpu_vendor(str(cpuinfo)) == "AuthenticAMD"
+    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n")  # an ARM CPU: no vendor line
+    assert cpu_vendor(str(cpuinfo)) == ""
+    assert cpu_vendor(str(tmp_path / "missing")) == ""
+
+
+def test_one_token_prefetch_distance_follows_the_vendor_and_the_setting(monkeypatch):
+    from kernels_numba.cpu.matvec import run_matvec
+
+    monkeypatch.delenv("POCKET_DECODE_PREFETCH_BYTES", raising=False)
+    monkeypatch.setattr(run_matvec, "cpu_vendor", lambda: "GenuineIntel")
+    assert run_matvec.one_token_prefetch_bytes() == run_matvec.INTEL_ONE_TOKEN_PREFETCH_BYTES
+    monkeypatch.setattr(run_matvec, "cpu_vendor", lambda: "AuthenticAMD")
+    assert run_matvec.one_token_prefetch_bytes() == 0
+    monkeypatch.setenv("POCKET_DECODE_PREFETCH_BYTES", "1024")
+    assert run_matvec.one_token_prefetch_bytes() == 1024
+    handles = run_matvec.run_rows_kernels(run_matvec.qt.R_Q4_0)
+    assert handles.shape == (len(run_matvec.PASS_TOKENS) + 1, 2) and handles[run_matvec.PREFETCH_ROW, 0] == 1024

@@ -21,11 +21,14 @@ Against one call per row (in-process A/B, paired medians, 2 threads): Q5_0 2048x
 2 rows x 4 tokens pass: 4 tokens 1.18-1.33x, 5 tokens 1.17-1.24x, 12 tokens 1.01-1.15x; with that pass replaced in
 the group path too, 20-37 tokens 0.99-1.10x.
 """
+import os
+
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
 from kernels_numba.cpu.activation import apply_range
+from kernels_numba.cpu_tier import cpu_vendor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec.aligned_buffer import aligned_int8
 from kernels_numba.cpu.matvec.int8_dot import (BLOCK_VALUES, LANE_VALUES, PREFETCH_BYTES, quantize_activations,
@@ -55,11 +58,12 @@ REGROUPED_TYPE = types.Tuple((types.Array(types.int8, 2, "C"), types.Array(types
 
 
 def run_rows_kernels(code: int) -> np.ndarray:
-    """The leaf handles (ir/native_call.py) of run code `code`, one row per PASS_TOKENS entry."""
+    """The leaf handles (ir/native_call.py) of run code `code`, one row per PASS_TOKENS entry, then row
+    PREFETCH_ROW: (this CPU's one_token_prefetch_bytes(), 0)."""
     return handles_array([native_kernel(run_rows_into, (types.literal(code), types.literal(num_tokens), WEIGHTS_TYPE,
                                                types.int64, types.int64, REGROUPED_TYPE, types.int64, OUT_TYPE,
                                                types.int64))
-                          for num_tokens in PASS_TOKENS])
+                          for num_tokens in PASS_TOKENS] + [(one_token_prefetch_bytes(), 0)])
 
 
 SPAN_PASS_TOKENS = 16  # below this many tokens (decode batches), passes of 8, 4, 2, 1 each sweep the whole span
@@ -181,19 +185,34 @@ def _quantize_regroup_parallel(code, x, quants, scales, lane_sums, block_sums, g
 TOKEN_TILE = 32  # tokens a row group serves before the next: their activations stay in L2 (prefill chunks)
 
 
-# How far ahead in the row stream a pass that reads the rows from memory prefetches. A 1-token pass (decode) runs
-# fastest with none ahead (0: the lines it reads anyway; the hardware prefetcher keeps up): 1B shape, every matrix
-# of a token (16 layers + LM head, 800 MB), 1-token leaf, in-process alternation (AMD EPYC Zen 4, load 3-4):
-# native 1 thread 1.16-1.19x faster than 10 KiB ahead (1 KiB 0.90x, 4 KiB 0.93x of 0), 2 threads 1.17-1.20x
-# (wall, median of 10); AVX2 tier 1.08x / 1.01x. Wider passes do more work a byte and need the distance: 8 tokens
-# 0.75x of 10 KiB with 0, 2 tokens 1.10x with 4 KiB.
-ONE_TOKEN_PREFETCH_BYTES = 0
+# How far ahead in the row stream a pass that reads the rows from memory prefetches. A 1-token pass (decode) on an
+# AMD Zen 4 ran fastest with none ahead (0: the lines it reads anyway; the hardware prefetcher keeps up): 1B shape,
+# every matrix of a token (16 layers + LM head, 800 MB), 1-token leaf, in-process alternation (load 3-4): native 1
+# thread 1.16-1.19x faster than 10 KiB ahead (1 KiB 0.90x, 4 KiB 0.93x of 0), 2 threads 1.17-1.20x (wall, median
+# of 10); AVX2 tier 1.08x / 1.01x. On an Intel Xeon (AMX, 2 vCPUs) the same stream ran faster with it: SmolLM2's 211
+# matrices (96 MB), 1-token leaf, in-process alternation, against 0: AVX2 tier 1 thread 2 KiB / 4 KiB 1.20x, 2
+# threads 1.30x / 1.26x; native 1 thread 1.23x / 1.26x, 2 threads 1.26x / 1.32x (10 KiB 1.35x). So the distance is
+# the CPU's (one_token_prefetch_bytes, read once a process into the run leaves' handles: a per-tier kernel cache
+# serves both vendors). Wider passes do more work a byte and need the distance: 8 tokens 0.75x of 10 KiB with 0,
+# 2 tokens 1.10x with 4 KiB.
+INTEL_ONE_TOKEN_PREFETCH_BYTES = 4096
+PREFETCH_ROW = len(PASS_TOKENS)  # the row of run_rows_kernels' handles that holds the 1-token prefetch distance
+
+
+def one_token_prefetch_bytes() -> int:
+    """Bytes ahead a 1-token pass prefetches on this CPU: INTEL_ONE_TOKEN_PREFETCH_BYTES on Intel CPUs, 0 elsewhere
+    (AMD measured; unmeasured vendors keep what the hardware prefetcher does); POCKET_DECODE_PREFETCH_BYTES sets it
+    (to measure another CPU)."""
+    setting = os.environ.get("POCKET_DECODE_PREFETCH_BYTES", "").strip()
+    if setting.isdigit():
+        return int(setting)
+    return INTEL_ONE_TOKEN_PREFETCH_BYTES if cpu_vendor() == "GenuineIntel" else 0
 
 
 @njit(cache=True, inline="always")
-def _streaming_prefetch_bytes(width):
+def _streaming_prefetch_bytes(rows, width):
     """The prefetch distance of a pass of `width` tokens that streams the rows from memory."""
-    return ONE_TOKEN_PREFETCH_BYTES if width == 1 else PREFETCH_BYTES
+    return rows[PREFETCH_ROW, 0] if width == 1 else PREFETCH_BYTES
 
 
 @njit(cache=True)
@@ -208,7 +227,7 @@ def _passes_into(rows, code, data, xr, out, first_row, stop_row, first_token, st
     for index in range(widest, len(PASS_TOKENS)):
         width = PASS_TOKENS[index]
         while t + width <= stop_token:
-            prefetch_bytes = _streaming_prefetch_bytes(width) if is_first or later_passes_stream else 0
+            prefetch_bytes = _streaming_prefetch_bytes(rows, width) if is_first or later_passes_stream else 0
             call_native(handle_at(rows, index), (code, width, data, first_row, stop_row, xr, t, out, prefetch_bytes))
             t, is_first = t + width, False
 
