@@ -14,6 +14,7 @@ in the environment before numba reads them (numba.core.config, at import; reload
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -107,9 +108,10 @@ def host_features() -> frozenset[str]:
         return frozenset()
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """The CPU's vendor string as the kernel reports it ("GenuineIntel", "AuthenticAMD"), "" where unknown (no
-    /proc/cpuinfo, an ARM CPU)."""
+    /proc/cpuinfo, an ARM CPU); read once a process (each run code's leaf handles ask for it)."""
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as cpuinfo:
             line = next((line for line in cpuinfo if line.startswith("vendor_id")), "")

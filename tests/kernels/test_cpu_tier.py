@@ -253,11 +253,11 @@ def test_the_avxvnni_tier_uses_vex_vpdpbusd_on_256_bit_registers(tmp_path):
 def test_cpu_vendor_reads_the_vendor_line(tmp_path):
     from kernels_numba.cpu_tier import cpu_vendor
 
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
-    assert cpu_vendor(str(cpuinfo)) == "AuthenticAMD"
-    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n")  # an ARM CPU: no vendor line
-    assert cpu_vendor(str(cpuinfo)) == ""
+    amd, arm = tmp_path / "amd", tmp_path / "arm"  # one file each: cpu_vendor reads a path once a process
+    amd.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert cpu_vendor(str(amd)) == "AuthenticAMD"
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n")  # an ARM CPU: no vendor line
+    assert cpu_vendor(str(arm)) == ""
     assert cpu_vendor(str(tmp_path / "missing")) == ""
 
 

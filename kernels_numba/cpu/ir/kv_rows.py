@@ -16,7 +16,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from kernels_numba.cpu.ir.vector_ir import F32, I32, I64, load_vector
+from kernels_numba.cpu.ir.vector_ir import F32, I32, I64, broadcast_runs, fma, load_vector, row_pointer
 
 LANES = 8  # floats in a vector (one ymm); head_dim must be a multiple
 KEYS_A_GROUP = 8  # keys a score group holds in independent chains
@@ -38,9 +38,7 @@ def _row_start(context, builder, rows_type, rows, row_ids_type, row_ids, index):
     """A byte pointer to rows[row_ids[index]]."""
     ids = context.make_array(row_ids_type)(context, builder, row_ids)
     row_id = builder.load(builder.gep(builder.bitcast(ids.data, I64.as_pointer()), [index]))
-    ary = context.make_array(rows_type)(context, builder, rows)
-    data = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
-    return builder.gep(data, [builder.mul(row_id, builder.extract_value(ary.strides, 0))])
+    return row_pointer(context, builder, rows_type, rows, row_id)
 
 
 def _load_lanes(builder, row, chunk, is_half):
@@ -53,16 +51,7 @@ def _load_lanes(builder, row, chunk, is_half):
 
 def _float_row(context, builder, array_type, array, index):
     """A float pointer to row `index` of a 2-D float32 array whose rows are contiguous."""
-    ary = context.make_array(array_type)(context, builder, array)
-    data = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
-    row = builder.gep(data, [builder.mul(index, builder.extract_value(ary.strides, 0))])
-    return builder.bitcast(row, F32.as_pointer())
-
-
-def _fma(builder, a, b, c):
-    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_FLOATS, [_FLOATS] * 3),
-                                              "llvm.fma.v8f32")
-    return builder.call(function, [a, b, c])
+    return builder.bitcast(row_pointer(context, builder, array_type, array, index), F32.as_pointer())
 
 
 def _pair_sums(builder, a, b, mask_even, mask_odd):
@@ -107,12 +96,10 @@ def key_scores_into(typingctx, queries, head, rows, row_ids, first, count, scale
         with cgutils.for_range(builder, builder.udiv(head_dim, I64(LANES))) as loop:
             q = load_vector(builder, builder.gep(query, [builder.mul(loop.index, I64(LANES))]), _FLOATS)
             for start, chain in zip(starts, chains):
-                builder.store(_fma(builder, q, _load_lanes(builder, start, loop.index, is_half),
-                                   builder.load(chain)), chain)
+                builder.store(fma(builder, q, _load_lanes(builder, start, loop.index, is_half), builder.load(chain)),
+                              chain)
         totals = _chain_totals(builder, [builder.load(chain) for chain in chains])
-        splat = builder.insert_element(ir.Constant(_FLOATS, ir.Undefined), scale_value, I32(0))
-        totals = builder.fmul(totals, builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(I32, LANES),
-                                                                                       [0] * LANES)))
+        totals = builder.fmul(totals, broadcast_runs(builder, [scale_value], _FLOATS))
         out = builder.gep(_float_row(context, builder, scores_type, scores_value, head_index), [first_index])
         for j in range(KEYS_A_GROUP):
             with builder.if_then(builder.icmp_signed("<", I64(j), count_value)):
@@ -125,9 +112,8 @@ def key_scores_into(typingctx, queries, head, rows, row_ids, first, count, scale
 @intrinsic
 def add_value_rows(typingctx, weights, head, rows, row_ids, first, count, acc):
     """acc[head] += sum over first <= j < first + count of weights[head, j] * rows[row_ids[j]], in key order for
-    every dim: rows f32,
-    or uint8 holding f16 values; head_dim (acc.shape[1]) a multiple of 8. 64 dims at a time stay in registers
-    across the keys (a rest of fewer goes 8 dims at a time)."""
+    every dim: rows f32, or uint8 holding f16 values; head_dim (acc.shape[1]) a multiple of 8. 64 dims at a time
+    stay in registers across the keys (a rest of fewer goes 8 dims at a time)."""
     if not (_is_floats(weights, 2) and _is_rows(rows) and _is_floats(acc, 2)
             and isinstance(row_ids, types.Array) and row_ids.dtype == types.int64 and row_ids.layout == "C"):
         return None
@@ -153,11 +139,10 @@ def add_value_rows(typingctx, weights, head, rows, row_ids, first, count, acc):
                 key = builder.add(first_index, keys.index)
                 start = _row_start(context, builder, rows_type, rows_value, ids_type, ids_value, key)
                 weight = builder.load(builder.gep(head_weights, [key]))
-                splat = builder.insert_element(ir.Constant(_FLOATS, ir.Undefined), weight, I32(0))
-                splat = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
+                splat = broadcast_runs(builder, [weight], _FLOATS)
                 for v, total in enumerate(sums):
                     values = _load_lanes(builder, start, builder.add(first_chunk, I64(v)), is_half)
-                    builder.store(_fma(builder, splat, values, builder.load(total)), total)
+                    builder.store(fma(builder, splat, values, builder.load(total)), total)
             for target, total in zip(targets, sums):
                 builder.store(builder.load(total), builder.bitcast(target, _FLOATS.as_pointer()), align=4)
 

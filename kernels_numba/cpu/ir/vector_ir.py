@@ -28,6 +28,13 @@ def load_half(builder, pointer, offset=0):
     return builder.fpext(builder.load(half_pointer, align=1), F32)
 
 
+def fma(builder, a, b, c):
+    """a * b + c on float32 vectors (llvm.fma: one vfmadd where the target has FMA)."""
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(a.type, [a.type] * 3), f"llvm.fma.v{a.type.count}f32")
+    return builder.call(function, [a, b, c])
+
+
 def broadcast_runs(builder, values, vector_type):
     """A vector of vector_type whose lanes repeat `values` in equal runs: (a, b) -> a x 8, b x 8."""
     vector = ir.Constant(vector_type, ir.Undefined)

@@ -46,7 +46,7 @@ from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.ir.byte_dot import AVX2, AVXVNNI, VNNI512, best_byte_dot, byte_dot
 from kernels_numba.cpu.matvec.int8_dot import _q4_k_scales_and_mins
 from kernels_numba.cpu.matvec.run_layout import FOLDED_MAX_RUNS, FOLDED_SLICES, GROUP_RUNS, ZERO_POINTS
-from kernels_numba.cpu.ir.vector_ir import concat, lane_totals, load_half, load_vector, prefetch, row_pointer
+from kernels_numba.cpu.ir.vector_ir import concat, fma, lane_totals, load_half, load_vector, prefetch, row_pointer
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _F32, _F16 = ir.FloatType(), ir.HalfType()
@@ -67,12 +67,6 @@ def _floats(width):
 
 def _splat(vector_type, value):
     return ir.Constant(vector_type, [value] * vector_type.count)
-
-
-def _fma(builder, a, b, c):
-    function = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(a.type, [a.type] * 3), f"llvm.fma.v{a.type.count}f32")
-    return builder.call(function, [a, b, c])
 
 
 def _nibble_slices(builder, pairs_pointer, num_pairs, width):
@@ -362,7 +356,7 @@ def _add_products(builder, accumulator, a, b, register_lanes):
     it is); with 16-lane registers padded with zeros (a multiply and an add). Adding zeros leaves a lane's bits as
     they are (no lane is ever -0.0: they start from +0.0), so both give the same bits for the same products."""
     if a.type.count == GROUP_RUNS:
-        builder.store(_fma(builder, a, b, builder.load(accumulator)), accumulator)
+        builder.store(fma(builder, a, b, builder.load(accumulator)), accumulator)
         return
     lanes = builder.load(accumulator)
     if register_lanes == GROUP_RUNS:
@@ -370,7 +364,7 @@ def _add_products(builder, accumulator, a, b, register_lanes):
         return
     low = builder.shuffle_vector(lanes, lanes, ir.Constant(_ints(HALF_RUNS), list(range(HALF_RUNS))))
     if a.type.count == HALF_RUNS:
-        low = _fma(builder, a, b, low)
+        low = fma(builder, a, b, low)
     else:
         low = builder.fadd(low, _padded(builder, builder.fmul(a, b), HALF_RUNS))
     wide = _padded(builder, low, GROUP_RUNS)
@@ -435,11 +429,11 @@ def _half_group_step(run_format, lane_dot, builder, group, first_run, half, xs, 
         run_ints = lane_dot.sum_slices(builder, run_starts, list(zip(slices, x_slices)), run_format.max_weight)
         products = builder.fmul(scales, load_vector(builder, builder.gep(x_scales, [first_lane]), _floats(HALF_RUNS),
                                                     align=4))
-        builder.store(_fma(builder, builder.sitofp(run_ints, _floats(HALF_RUNS)), products,
+        builder.store(fma(builder, builder.sitofp(run_ints, _floats(HALF_RUNS)), products,
                            builder.load(accumulator)), accumulator)
         if with_mins:
             x_sums = load_vector(builder, builder.gep(sums, [first_lane]), _floats(HALF_RUNS), align=4)
-            builder.store(_fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
+            builder.store(fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
 
 
 def _full_groups_by_halves(run_format, row, xs, full_groups, lane_dot, builder, prefetch_bytes, accumulators):
@@ -488,7 +482,7 @@ def _full_group_mins(run_format, row, xs, full_groups, builder, accumulators):
                 first_lane = builder.add(first_lane, _I64(HALF_RUNS * half))
             for (_, _, _, sums), accumulator in zip(xs, part_accumulators):
                 x_sums = load_vector(builder, builder.gep(sums, [first_lane]), _floats(lanes), align=4)
-                builder.store(_fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
+                builder.store(fma(builder, minus_factors, x_sums, builder.load(accumulator)), accumulator)
         parts.append([builder.load(accumulator) for accumulator in part_accumulators])
     for t, accumulator in enumerate(accumulators):
         builder.store(parts[0][t] if half is None else concat(builder, parts[0][t], parts[1][t]), accumulator)
