@@ -6,8 +6,9 @@ Phases: imports, GGUF open, tokenizer, kernels (numba cache load), weights, KV c
 `pocket bench -r 1` (pp warm-up and timed, tg warm-up and timed). The engine's own loading steps are wrapped
 (not re-implemented), so the figures are those of `pocket bench`.
 File-backed RSS is mostly memory-mapped weight pages (llama.cpp has them too); anonymous RSS is what the
-process allocated. Of the file-backed part, the columns model (the model file's mapping), layouts (regrouped
-weights mapped from the run-layout store) and LLVM .so (libllvmlite's code pages numba touched) are split out.
+process allocated, of it `huge` in transparent huge pages (the regrouped weights: weight_arena.py). Of the
+file-backed part, the columns model (the model file's mapping) and LLVM .so (libllvmlite's code pages numba
+touched) are split out.
 `--tracemalloc` adds the Python-heap bytes live after each phase (slower).
 """
 from __future__ import annotations
@@ -27,22 +28,20 @@ def memory_mib() -> dict[str, float]:
             if len(parts) >= 2 and parts[1].isdigit():
                 fields[parts[0].rstrip(":")] = int(parts[1]) / 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"rss": fields["Rss"], "anon": fields["Anonymous"], "file": fields["Rss"] - fields["Anonymous"],
-            "peak": peak, **mapped_mib()}
+    return {"rss": fields["Rss"], "anon": fields["Anonymous"], "huge": fields.get("AnonHugePages", 0.0),
+            "file": fields["Rss"] - fields["Anonymous"], "peak": peak, **mapped_mib()}
 
 
 def mapping_kind(path: str) -> str | None:
-    """The file-backed mappings worth a column: the model file, stored run layouts, LLVM's library."""
+    """The file-backed mappings worth a column: the model file, LLVM's library."""
     if path.endswith((".gguf", ".safetensors")):
         return "model"
-    if "run_layout" in path:
-        return "layouts"
     return "llvm" if "llvmlite" in path else None
 
 
 def mapped_mib() -> dict[str, float]:
-    """Resident MiB of the model file's mappings, of stored run layouts and of libllvmlite (/proc/self/smaps)."""
-    totals, kind = {"model": 0.0, "layouts": 0.0, "llvm": 0.0}, None
+    """Resident MiB of the model file's mappings and of libllvmlite (/proc/self/smaps)."""
+    totals, kind = {"model": 0.0, "llvm": 0.0}, None
     with open("/proc/self/smaps") as f:
         for line in f:
             parts = line.split()
@@ -75,8 +74,8 @@ class PhaseLog:
         setattr(module, name, marked)
 
     def print(self) -> None:
-        columns = ("rss", "anon", "file", "model", "layouts", "llvm", "peak")
-        names = ("RSS", "anon", "file", "model", "layouts", "LLVM .so", "peak")
+        columns = ("rss", "anon", "huge", "file", "model", "llvm", "peak")
+        names = ("RSS", "anon", "huge", "file", "model", "LLVM .so", "peak")
         print(f"| {'after':<22} | " + " | ".join(f"{name:>8}" for name in names) + f" | {'py heap':>7} |")
         print(f"| {'-' * 22} | " + " | ".join(f"{'-' * 7}:" for _ in names) + f" | {'-' * 6}: |")
         for phase, m, py in self.rows:

@@ -1,5 +1,6 @@
-"""Run layouts kept on disk (run_layout_store.py): a second load maps the stored copy instead of regrouping, a
-changed model file is never served an old copy, and the store stays under its size limit."""
+"""Run layouts kept on disk (run_layout_store.py): a second load reads the stored copy instead of regrouping, a
+changed model file is never served an old copy, a stored file cut short is regrouped again, and the store stays
+under its size limit."""
 import os
 
 import gguf
@@ -32,7 +33,7 @@ def _model_file(path, weights):
     return GGUFFile(path)
 
 
-def test_a_second_load_maps_the_stored_layout(store, tmp_path, monkeypatch):
+def test_a_second_load_reads_the_stored_layout(store, tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     weights = {"a.weight": random_weight(QT.Q5_0, (8, 576), rng), "b.weight": random_weight(QT.Q4_K, (4, 512), rng)}
     model = _model_file(tmp_path / "m.gguf", weights)
@@ -47,6 +48,32 @@ def test_a_second_load_maps_the_stored_layout(store, tmp_path, monkeypatch):
         second = run_layout.run_weights(again.tensor(name))
         assert second.code == first[name].code and not second.data.flags.writeable
         np.testing.assert_array_equal(second.data, first[name].data)
+
+
+def test_a_stored_layout_cut_short_is_regrouped(store, tmp_path):
+    rng = np.random.default_rng(3)
+    weight = random_weight(QT.Q4_1, (8, 512), rng)
+    path = tmp_path / "m.gguf"
+    first = run_layout.run_weights(_model_file(path, {"a.weight": weight}).tensor("a.weight"))
+    (stored,) = store.glob("*.runs")
+    stored.write_bytes(stored.read_bytes()[:-100])
+    again = run_layout.run_weights(GGUFFile(path).tensor("a.weight"))
+    np.testing.assert_array_equal(again.data, first.data)
+    assert stored.stat().st_size == first.data.nbytes  # written whole again
+
+
+def test_load_layout_reads_into_the_array_it_is_given(store, tmp_path):
+    layout = np.arange(3 * 40, dtype=np.uint8).reshape(3, 40)
+    run_layout_store.save_layout("k", layout)
+    given = []
+
+    def empty(shape):
+        given.append(np.full(shape, 255, dtype=np.uint8))
+        return given[-1]
+    loaded = run_layout_store.load_layout("k", (3, 40), empty)
+    assert loaded is given[0]
+    np.testing.assert_array_equal(loaded, layout)
+    assert run_layout_store.load_layout("k", (4, 40), empty) is None  # another shape: not this file
 
 
 def test_a_changed_model_file_is_regrouped(store, tmp_path):

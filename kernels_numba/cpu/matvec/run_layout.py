@@ -22,8 +22,9 @@ A group of G runs, per type (the same bytes per run as GGUF, so the copy is as b
   Gemma 3's 262144 x 640 at 1 token 9.37 -> 6.08 ms, 4: 9.99 -> 8.42, 8: 10.75 -> 9.06, 16: 19.7 -> 16.2, 48:
   52.6 -> 45.1 (12: 14.9 -> 17.2); SmolLM2's 49152 x 576 alike (1 token 1.73 -> 1.25 ms).
 
-`run_weights(w)` makes the copy once per weight tensor (kept on it, and on disk where the CLI keeps a store:
-run_layout_store.py, so a warm start maps it instead of regrouping). It reads a mapped GGUF tensor with file reads,
+`run_weights(w)` makes the copy once per weight tensor (kept on it, in huge pages where the OS has them:
+weight_arena.py; and on disk where the CLI keeps a store: run_layout_store.py, so a warm start reads it instead of
+regrouping). It reads a mapped GGUF tensor with file reads,
 so the mapping's pages never become resident: the CPU kernels read only the copy, and resident memory does not
 grow (anything else that reads the mapping, a reference op or a GPU upload, faults its pages in as before).
 """
@@ -41,6 +42,7 @@ from gguf_loader.private_bytes import private_bytes
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.matvec import run_layout_store
+from kernels_numba.cpu.matvec.weight_arena import empty_weights
 
 GROUP_RUNS = 16  # runs of a full group: one 512-bit vector of int32 lanes
 MIN_GROUP_RUNS = 2  # the narrowest tail group: rows of Q4_0/Q5_0/Q8_0 need k % 64 == 0 (SmolLM2's 576 too)
@@ -227,13 +229,14 @@ def _repack_rows_into(code: int, raw: np.ndarray, out: np.ndarray) -> None:
         out[...] = _q6_k(raw)
 
 
-def repack(code: int, raw: np.ndarray, read_rows=np.ascontiguousarray) -> np.ndarray:
-    """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size), a
-    chunk of rows at a time: read_rows(rows) gives a chunk's bytes (private_bytes: a mapped tensor's by file reads,
-    so neither the mapping nor a whole copy of the tensor becomes resident)."""
+def repack(code: int, raw: np.ndarray, read_rows=np.ascontiguousarray, empty=None) -> np.ndarray:
+    """GGUF rows uint8 [rows, bytes] of a type of RUN_CODES -> the same rows in the run layout (same size), in
+    empty(shape) (np.empty by default), a chunk of rows at a time: read_rows(rows) gives a chunk's bytes
+    (private_bytes: a mapped tensor's by file reads, so neither the mapping nor a whole copy of the tensor becomes
+    resident)."""
     if code not in RUN_CODES:
         raise ValueError(f"no run layout for type code {code}")
-    packed = np.empty(raw.shape, dtype=np.uint8)
+    packed = np.empty(raw.shape, dtype=np.uint8) if empty is None else empty(raw.shape)
     chunk_rows = max(1, REPACK_CHUNK_BYTES // max(1, raw.shape[1]))
     for start in range(0, raw.shape[0], chunk_rows):
         rows = np.ascontiguousarray(read_rows(raw[start:start + chunk_rows]), dtype=np.uint8)
@@ -275,13 +278,13 @@ def run_weights(w: WeightTensor) -> RunWeights | None:
     if has_run_layout(w):
         raw = np.asarray(w.data)
         key = run_layout_store.layout_key(raw, RUN_CODES[code])
-        packed = run_layout_store.load_layout(key, raw.shape)  # kept by an earlier run
+        packed = run_layout_store.load_layout(key, raw.shape, empty_weights)  # kept by an earlier run
         if packed is None:
-            packed = repack(code, raw, read_rows=private_bytes)
-            packed.flags.writeable = False
+            packed = repack(code, raw, read_rows=private_bytes, empty=empty_weights)
             run_layout_store.save_layout(key, packed)
             if _MALLOC_TRIM is not None:  # the repack's temporaries leave holes below the copy; give them back
                 _MALLOC_TRIM(0)
+        packed.flags.writeable = False
         result = RunWeights(RUN_CODES[code], packed)
     w.cpu_layouts["runs"] = result
     return result

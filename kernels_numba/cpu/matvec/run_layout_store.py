@@ -1,13 +1,13 @@
-"""Run layouts kept on disk, so a warm start maps a model's regrouped weights instead of regrouping them again.
+"""Run layouts kept on disk, so a warm start reads a model's regrouped weights instead of regrouping them again.
 
 Regrouping the default model (run_layout.repack) takes 1.5-5 s on 2 cores, most of a warm `pocket generate`.
 Where POCKET_RUN_LAYOUT_DIR names a folder (the CLI sets `<user cache dir>/run_layout`; unset, as in tests and
 library use, nothing is kept), each regrouped tensor of a mapped model file is written there once, under a digest
 of (the file's path, size and mtime, the tensor's offset and size, its run code and shape, run_layout.py's source),
 to a temporary name renamed into place (a crash or a second process never leaves half a file under the final
-name). Later runs map it read-only: its pages are file-backed, so resident memory is the same as for the copy
-and the kernel may drop them under pressure. The folder keeps at most POCKET_RUN_LAYOUT_CACHE_MB megabytes
-(default 2048; 0 turns the store off): the least recently used files go first. Failing to write (disk full, read-only
+name). Later runs read it back instead of regrouping (into the weight arena's huge pages: weight_arena.py). The
+folder keeps at most POCKET_RUN_LAYOUT_CACHE_MB megabytes (default 2048; 0 turns the store off): the least
+recently used files go first. Failing to write (disk full, read-only
 folder) only costs the next run the regrouping.
 """
 from __future__ import annotations
@@ -63,20 +63,35 @@ def layout_key(raw: np.ndarray, run_code: int) -> str | None:
     return hashlib.sha256(repr(identity).encode()).hexdigest()[:40]
 
 
-def load_layout(key: str | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The stored layout under `key`, mapped read-only as a plain uint8 array of `shape`, or None."""
+def load_layout(key: str | None, shape: tuple[int, ...], empty=None) -> np.ndarray | None:
+    """The stored layout under `key`, read into empty(shape) (a writable uint8 array; np.empty by default), or
+    None where there is none (or it cannot be read whole)."""
     folder = store_dir()
     if key is None or folder is None:
         return None
     path = folder / (key + SUFFIX)
     try:
-        if path.stat().st_size != int(np.prod(shape)):
-            return None
-        mapped = np.memmap(path, dtype=np.uint8, mode="r", shape=shape)
+        with open(path, "rb", buffering=0) as file:
+            if os.fstat(file.fileno()).st_size != int(np.prod(shape)):
+                return None
+            layout = np.empty(shape, dtype=np.uint8) if empty is None else empty(shape)
+            if not _read_whole(file, memoryview(layout.reshape(-1))):
+                return None
         os.utime(path)  # the least recently used files are evicted first
     except (OSError, ValueError):
         return None
-    return mapped.view(np.ndarray)
+    return layout
+
+
+def _read_whole(file, into: memoryview) -> bool:
+    """Fill `into` from file's current position; False where the file ends first."""
+    done = 0
+    while done < len(into):
+        count = file.readinto(into[done:])
+        if not count:
+            return False
+        done += count
+    return True
 
 
 def save_layout(key: str | None, packed: np.ndarray) -> None:
