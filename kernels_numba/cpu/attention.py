@@ -8,7 +8,7 @@ from numba import njit, prange
 from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
-from kernels_numba.cpu.parallel_policy import num_chunks, use_threads
+from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, use_threads
 from kernels_numba.cpu.ir.prefetch import CACHE_LINE_BYTES, prefetch_byte
 from kernels_numba.cpu.ir.kv_rows import KEYS_A_GROUP, LANES, add_value_rows, key_scores_into
 from kernels_numba.cpu.kv_row import kv_row
@@ -17,6 +17,10 @@ from kernels_numba.cpu.prefill_attention import attend_sequence
 from kernels_numba.kv_type import F16, F32, kv_type_of
 
 MIN_BLOCKED_QUERIES = 16  # a sequence with this many queries (a prompt chunk) takes the GEMM-tiled path
+# A query seeing more keys than this has them in spans of their own tasks (attend_tokens). SmolLM2 decode at 2000
+# keys, 1 stream, AVX2 tier, 2 threads, alternated with the unsplit code (Intel Xeon, 2 vCPUs): 82.9 / 79.6 ->
+# 100.6 / 93.5 tok/s; 800 keys 121.7 / 125.2 -> 133.5 / 133.3; 8 streams within noise. 256 measured no better.
+SPLIT_KEYS = 512
 
 
 @njit(cache=True)
@@ -54,19 +58,33 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
                  out):
     """out[h] = softmax(scale * queries[h] . keys) @ values over key positions first_key..last_key of one sequence,
     for query heads queries: [heads, head_dim] that all read kv head kv_head. Each head's arithmetic is the same
-    whatever heads share the call and whatever the batch, so a token's result does not depend on either.
-    A cache of another type than f32 (kv_type) is read a row at a time, each decoded into `rows` (kv_row). The
-    weights are normalised once, at the end, not as each value row is added (LLVM had moved that division into the
-    value loop: a vdivps each 8 values)."""
+    whatever heads share the call and whatever the batch, so a token's result does not depend on either."""
+    acc = np.empty(queries.shape, dtype=np.float32)
+    maxes = np.empty(queries.shape[0], dtype=np.float32)
+    totals = attend_heads_unnormalised(queries, k_cache, v_cache, kv_type, block_table, kv_head, first_key, last_key,
+                                       scale, softcap, acc, maxes)
+    _normalised_into(acc, totals, out)
+
+
+@njit(cache=True, fastmath=SUM_FASTMATH)
+def attend_heads_unnormalised(queries, k_cache, v_cache, kv_type, block_table, kv_head, first_key, last_key, scale,
+                              softcap, acc, maxes):
+    """attend_heads before its division: acc[h] = sum over the keys of exp(score - maxes[h]) * value, maxes[h] the
+    head's highest score; returns the exp weights' totals [heads] (out = acc / totals). Split keys (attend_tokens)
+    merge these. A cache of another type than f32 (kv_type) is read a row at a time, each decoded into `rows`
+    (kv_row). The weights are normalised once, at the end, not as each value row is added (LLVM had moved that
+    division into the value loop: a vdivps each 8 values)."""
     num_heads, head_dim = queries.shape
     num_keys = last_key - first_key + 1
     scores = np.empty((num_heads, num_keys), dtype=np.float32)
     k_rows, v_rows = _rows(k_cache), _rows(v_cache)
     blocks, offsets, row_ids = _key_places(block_table, k_cache.shape[1], k_cache.shape[2], kv_head, first_key,
                                            num_keys)
+    for h in range(num_heads):  # element loops: a slice assignment compiles its shape-error path (kv_store.py)
+        for d in range(head_dim):
+            acc[h, d] = 0.0
     if (kv_type == F16 or kv_type == F32) and head_dim % LANES == 0:
-        _attend_vector_rows(queries, k_rows, v_rows, row_ids, scale, softcap, scores, out)
-        return
+        return _attend_vector_rows(queries, k_rows, v_rows, row_ids, scale, softcap, scores, acc, maxes)
     rows = np.empty((KEYS_AT_ONCE, head_dim), dtype=np.float32)
     _prefetch_rows(k_rows, row_ids, 0, PREFETCH_KEYS_AHEAD)
     i = 0
@@ -98,8 +116,7 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
                 score += query[d] * key[d]
             scores[h, i] = score * scale
         i += 1
-    totals = _exp_weights_of_heads(scores, softcap)
-    acc = np.zeros((num_heads, head_dim), dtype=np.float32)
+    totals = _exp_weights_of_heads(scores, softcap, maxes)
     _prefetch_rows(v_rows, row_ids, 0, PREFETCH_KEYS_AHEAD)
     i = 0
     while i + KEYS_AT_ONCE <= num_keys:
@@ -121,16 +138,16 @@ def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first
             for d in range(head_dim):
                 head_acc[d] += weight * value[d]
         i += 1
-    _normalised_into(acc, totals, out)
+    return totals
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH)
-def _attend_vector_rows(queries, k_rows, v_rows, row_ids, scale, softcap, scores, out):
-    """attend_heads over an f16 or f32 cache (k_rows, v_rows: _rows of the caches) with head_dim a multiple of 8,
-    through the vector loops of ir/kv_rows.py, key-major (a group of keys' rows stays in L1 for every head) and
-    prefetched two groups ahead: at head_dim 64, 3 heads a kv head, one thread, AVX2 tier, 2.1-2.5x fewer ns a
-    (head, key) over an f16 cache than the numba loops (f32 1.1-1.4x)."""
-    num_heads, head_dim = queries.shape
+def _attend_vector_rows(queries, k_rows, v_rows, row_ids, scale, softcap, scores, acc, maxes):
+    """attend_heads_unnormalised over an f16 or f32 cache (k_rows, v_rows: _rows of the caches) with head_dim a
+    multiple of 8, through the vector loops of ir/kv_rows.py, key-major (a group of keys' rows stays in L1 for every
+    head) and prefetched two groups ahead: at head_dim 64, 3 heads a kv head, one thread, AVX2 tier, 2.1-2.5x fewer
+    ns a (head, key) over an f16 cache than the numba loops (f32 1.1-1.4x). acc: zeros on entry."""
+    num_heads = queries.shape[0]
     num_keys = row_ids.size
     _prefetch_rows(k_rows, row_ids, 0, 2 * KEYS_A_GROUP)
     for first in range(0, num_keys, KEYS_A_GROUP):  # key-major: a group's rows stay in L1 for every head
@@ -138,15 +155,14 @@ def _attend_vector_rows(queries, k_rows, v_rows, row_ids, scale, softcap, scores
         _prefetch_rows(k_rows, row_ids, first + 2 * KEYS_A_GROUP, first + 3 * KEYS_A_GROUP)
         for h in range(num_heads):
             key_scores_into(queries, h, k_rows, row_ids, first, count, scale, scores)
-    totals = _exp_weights_of_heads(scores, softcap)
-    acc = np.zeros((num_heads, head_dim), dtype=np.float32)
+    totals = _exp_weights_of_heads(scores, softcap, maxes)
     _prefetch_rows(v_rows, row_ids, 0, VALUE_KEYS)
     for first in range(0, num_keys, VALUE_KEYS):
         count = min(VALUE_KEYS, num_keys - first)
         _prefetch_rows(v_rows, row_ids, first + VALUE_KEYS, first + 2 * VALUE_KEYS)
         for h in range(num_heads):
             add_value_rows(scores, h, v_rows, row_ids, first, count, acc)
-    _normalised_into(acc, totals, out)
+    return totals
 
 
 @njit(cache=True, inline="always")
@@ -184,11 +200,12 @@ def _prefetch_rows(rows, row_ids, first, stop):
 
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
-def _exp_weights_of_heads(scores, softcap):
-    """_exp_weights_in_place of every head's scores [heads, keys]: their totals [heads]."""
+def _exp_weights_of_heads(scores, softcap, maxes):
+    """_exp_weights_in_place of every head's scores [heads, keys]: their totals [heads]; maxes[h] the head's
+    highest score (after soft-capping)."""
     totals = np.empty(scores.shape[0], dtype=np.float32)
     for h in range(scores.shape[0]):
-        totals[h] = _exp_weights_in_place(scores[h], softcap)
+        totals[h], maxes[h] = _exp_weights_in_place(scores[h], softcap)
     return totals
 
 
@@ -203,7 +220,7 @@ def _normalised_into(acc, totals, out):
 
 @njit(cache=True, fastmath=SUM_FASTMATH, inline="always")
 def _exp_weights_in_place(scores, softcap):
-    """scores -> exp(score - max) (soft-capped first where softcap > 0); returns their sum. All in float32: a
+    """scores -> exp(score - max) (soft-capped first where softcap > 0); returns (their sum, max). All in float32: a
     float64 start for the max (-np.inf) made every exponent float64, so exp_f32 ran in 4-lane double vectors (f16
     cache, 3 heads, 1 thread, AVX2 tier, in-process A/B: 42 keys 5.21 -> 5.01 us, 500 keys 30.27 -> 28.56 us;
     outputs within 9e-8)."""
@@ -216,7 +233,7 @@ def _exp_weights_in_place(scores, softcap):
     for i in range(scores.size):  # max-subtracted softmax: every exponent is <= 0; exp_f32 vectorises, libm's did not
         scores[i] = exp_f32(scores[i] - best)
         total += scores[i]
-    return total
+    return total, best
 
 
 @njit(cache=True, nogil=True)
@@ -229,33 +246,108 @@ def heads_per_task(num_tokens, num_heads, num_kv_heads, threads):
     return per_task
 
 
+@njit(cache=True, inline="always")
+def key_splits(num_keys):
+    """Spans a query's num_keys visible keys are split into (a function of their count alone: a token's bits do not
+    depend on its batch or the thread count)."""
+    return max(1, (num_keys + SPLIT_KEYS - 1) // SPLIT_KEYS)
+
+
+@njit(cache=True, inline="always")
+def split_span(first_key, last_key, split, splits):
+    """(first, last) key positions of split `split` of `splits` near-equal spans of first_key..last_key (empty
+    where first > last: only past ~SPLIT_KEYS**2 keys)."""
+    per_split = (last_key - first_key + splits) // splits
+    first = first_key + split * per_split
+    return first, min(last_key, first + per_split - 1)
+
+
+@njit(cache=True, inline="always")
+def _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t):
+    """(sequence, first and last key position) query token t sees: a sequence's queries are its last tokens."""
+    seq = token_seq[t]
+    num_queries = query_start_loc[seq + 1] - query_start_loc[seq]
+    query_pos = context_lens[seq] - num_queries + (t - query_start_loc[seq])
+    return seq, first_visible_key(query_pos, sliding_window), query_pos
+
+
+@njit(cache=True)
+def attend_tokens(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                  sliding_window, softcap, out, first_token, stop_token, threads):
+    """Attention of query tokens first_token..stop_token-1 (token t of sequence token_seq[t], whose queries are its
+    last tokens: query_start_loc, context_lens) on `threads` threads (1: this one alone). A task is (token, run of
+    heads of one kv head, span of keys): a token with more than SPLIT_KEYS visible keys is split into spans whose
+    unnormalised sums are merged afterwards (_merge_splits), so a lone decode token at a long context keeps every
+    thread busy (SmolLM2's 3 kv heads: 3 tasks for 2 threads without), each thread reading only its span."""
+    num_tokens, num_heads = stop_token - first_token, q.shape[1]
+    splits = 1
+    for t in range(first_token, stop_token):
+        _, first_key, last_key = _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t)
+        splits = max(splits, key_splits(last_key - first_key + 1))
+    per_task = heads_per_task(num_tokens * splits, num_heads, k_cache.shape[2], threads)
+    # the spans' sums, maxima and totals (unused where no token is split)
+    parts = np.empty((num_tokens if splits > 1 else 0, splits, num_heads, q.shape[2]), dtype=np.float32)
+    part_maxes = np.empty((parts.shape[0], splits, num_heads), dtype=np.float32)
+    part_totals = np.empty((parts.shape[0], splits, num_heads), dtype=np.float32)
+    num_tasks = num_tokens * (num_heads // per_task) * splits
+    # counts as plain int64 (np.int64): a literal argument (a caller's 0, splits' 1) would compile another copy of
+    # the task loops, which a cache recorded from other calls (the binary's tiers) does not hold
+    first_token, splits = np.int64(first_token), np.int64(splits)
+    if threads > 1:
+        attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                              scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
+                              part_totals, num_tasks, np.int64(max(1, min(num_tasks, CHUNKS_PER_THREAD * threads))))
+    else:
+        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                     sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals,
+                     np.int64(0), num_tasks)
+    if splits > 1:
+        _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, first_token, parts, part_maxes,
+                      part_totals, out)
+
+
 @njit(cache=True, nogil=True)
 def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                 sliding_window, softcap, out, per_task, first_task, stop_task):
-    """Tasks first_task..stop_task-1, task = (query token, run of per_task heads) flattened as
-    token * (heads / per_task) + run; per_task divides the heads of a kv head (heads_per_task)."""
+                 sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals,
+                 first_task, stop_task):
+    """Tasks first_task..stop_task-1 of attend_tokens, task = (token first_token + i, run of per_task heads, span)
+    flattened as (i * (heads / per_task) + run) * splits + span; per_task divides the heads of a kv head
+    (heads_per_task). A token of one span writes out; a split one its span's parts (a span past its own count:
+    nothing)."""
     num_heads = q.shape[1]
     group_size = num_heads // k_cache.shape[2]
     runs_per_token = num_heads // per_task
     for task in range(first_task, stop_task):
-        t, first_head = task // runs_per_token, (task % runs_per_token) * per_task
-        seq = token_seq[t]
-        num_queries = query_start_loc[seq + 1] - query_start_loc[seq]
-        query_pos = context_lens[seq] - num_queries + (t - query_start_loc[seq])  # queries are the last tokens
+        token_run, span = task // splits, task % splits
+        i, first_head = token_run // runs_per_token, (token_run % runs_per_token) * per_task
+        t = first_token + i
+        seq, first_key, last_key = _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t)
+        token_splits = key_splits(last_key - first_key + 1)
         stop_head = first_head + per_task
-        attend_heads(q[t, first_head:stop_head], k_cache, v_cache, kv_type, block_tables[seq], first_head // group_size,
-                     first_visible_key(query_pos, sliding_window), query_pos, scale, softcap,
-                     out[t, first_head:stop_head])
+        if token_splits == 1:
+            if span == 0:
+                attend_heads(q[t, first_head:stop_head], k_cache, v_cache, kv_type, block_tables[seq],
+                             first_head // group_size, first_key, last_key, scale, softcap,
+                             out[t, first_head:stop_head])
+        elif span < token_splits:
+            span_first, span_last = split_span(first_key, last_key, span, token_splits)
+            if span_first <= span_last:
+                totals = attend_heads_unnormalised(
+                    q[t, first_head:stop_head], k_cache, v_cache, kv_type, block_tables[seq], first_head // group_size,
+                    span_first, span_last, scale, softcap, parts[i, span, first_head:stop_head],
+                    part_maxes[i, span, first_head:stop_head])
+                for h in range(first_head, stop_head):  # element loop: see attend_heads_unnormalised
+                    part_totals[i, span, h] = totals[h - first_head]
 
 
 @njit(cache=True, parallel=True)
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
-                          scale, sliding_window, softcap, out, per_task, chunks):
-    """attend_tasks in `chunks` spans of tasks, every iteration taking the next span from a shared counter until
+                          scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
+                          part_totals, num_tasks, chunks):
+    """attend_tasks 0..num_tasks-1 in `chunks` spans of tasks, every iteration taking the next span from a shared counter until
     none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others, its own later
     iterations find none; each task writes only its own heads, so the bits do not depend on who takes it). The
     iterations, not the pool's threads: pool_threads' declaration clashes with the parallel loop's own."""
-    num_tasks = q.shape[0] * (q.shape[1] // per_task)
     tasks_per_chunk = (num_tasks + chunks - 1) // chunks
     counter = new_counter()
     for worker in prange(chunks):
@@ -263,8 +355,42 @@ def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_le
         while chunk < chunks:
             first = chunk * tasks_per_chunk
             attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                         sliding_window, softcap, out, per_task, first, min(num_tasks, first + tasks_per_chunk))
+                         sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals,
+                         first, min(num_tasks, first + tasks_per_chunk))
             chunk = claim_next(counter)
+
+
+@njit(cache=True)
+def _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, first_token, parts, part_maxes,
+                  part_totals, out):
+    """out[t, h] of each split token first_token + i: its spans' sums rescaled to their common maximum, over the
+    rescaled totals (in span order: the same bits whatever the batch)."""
+    num_heads, head_dim = parts.shape[2], parts.shape[3]
+    for i in range(parts.shape[0]):
+        t = first_token + i
+        _, first_key, last_key = _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t)
+        token_splits = key_splits(last_key - first_key + 1)
+        if token_splits == 1:
+            continue
+        for h in range(num_heads):
+            best = np.float32(-np.inf)
+            for span in range(token_splits):
+                span_first, span_last = split_span(first_key, last_key, span, token_splits)
+                if span_first <= span_last:
+                    best = max(best, part_maxes[i, span, h])
+            total = np.float32(0.0)
+            for d in range(head_dim):
+                out[t, h, d] = 0.0
+            for span in range(token_splits):
+                span_first, span_last = split_span(first_key, last_key, span, token_splits)
+                if span_first > span_last:
+                    continue
+                weight = exp_f32(part_maxes[i, span, h] - best)
+                total += weight * part_totals[i, span, h]
+                for d in range(head_dim):
+                    out[t, h, d] += weight * parts[i, span, h, d]
+            for d in range(head_dim):
+                out[t, h, d] /= total
 
 
 def _attention_work(context_lens, query_start_loc, num_heads: int, head_dim: int, sliding_window: int) -> int:
@@ -313,24 +439,20 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
     if num_queries.size and num_queries.max() >= MIN_BLOCKED_QUERIES:
         _attention_by_sequence(args, num_queries)
         return out
-    if use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
-        per_task = heads_per_task(q.shape[0], q.shape[1], k_cache.shape[2], numba.get_num_threads())
-        attend_tasks_parallel(*args, per_task, num_chunks(q.shape[0] * (q.shape[1] // per_task)))
-    else:
-        per_task = q.shape[1] // k_cache.shape[2]
-        attend_tasks(*args, per_task, 0, q.shape[0] * (q.shape[1] // per_task))
+    threads = numba.get_num_threads()
+    if not use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
+        threads = 1
+    attend_tokens(*args, 0, q.shape[0], threads)
     return out
 
 
 def _attention_by_sequence(args: tuple, num_queries: np.ndarray) -> None:
     """Prompt chunks through GEMM tiles, the other sequences (decodes, short verifies) through attend_tasks."""
     q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, _, scale, sliding_window, softcap, out = args
-    per_task = q.shape[1] // k_cache.shape[2]
-    runs_per_token = q.shape[1] // per_task
     for seq, count in enumerate(num_queries):
         first, stop = int(query_start_loc[seq]), int(query_start_loc[seq + 1])
         if count >= MIN_BLOCKED_QUERIES:
             attend_sequence(q[first:stop], k_cache, v_cache, kv_type, block_tables[seq], int(context_lens[seq]),
                             float(scale), sliding_window, float(softcap), out[first:stop])
         elif count:
-            attend_tasks(*args, per_task, first * runs_per_token, stop * runs_per_token)
+            attend_tokens(*args, first, stop, 1)

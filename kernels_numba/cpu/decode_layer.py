@@ -28,12 +28,12 @@ from numba import njit
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU
-from kernels_numba.cpu.attention import attend_tasks, attend_tasks_parallel, heads_per_task
+from kernels_numba.cpu.attention import attend_tokens
 from kernels_numba.cpu.kv_store import store_kv_into
 from kernels_numba.cpu.matvec.dispatch import (cpu_operands, gated_linear_into, linear_into, linear_kernel,
                                                 max_fused_tokens, shared_input_linear_into)
 from kernels_numba.cpu.norm import rms_norm_rows_into
-from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, pool_threads
+from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
 from kernels_numba.kv_type import kv_type_of
 
@@ -76,16 +76,10 @@ def _attend(q, k_cache, v_cache, kv_type, block_tables, positions, scale, slidin
     token_seq = np.arange(num_tokens)
     threads = pool_threads()
     # paged_attention's work estimate, with a lower threshold: the layer's mat-vecs have just woken the pool
-    if threads > 1 and keys_seen * q.shape[1] * q.shape[2] * 2 >= ATTENTION_MIN_WORK:
-        per_task = heads_per_task(num_tokens, q.shape[1], k_cache.shape[2], threads)
-        num_tasks = num_tokens * (q.shape[1] // per_task)
-        attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
-                              scale, sliding_window, softcap, out, per_task,
-                              max(1, min(num_tasks, CHUNKS_PER_THREAD * threads)))
-    else:
-        per_task = q.shape[1] // k_cache.shape[2]
-        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, per_task, 0, num_tokens * (q.shape[1] // per_task))
+    if keys_seen * q.shape[1] * q.shape[2] * 2 < ATTENTION_MIN_WORK:
+        threads = 1
+    attend_tokens(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                  sliding_window, softcap, out, np.int64(0), np.int64(num_tokens), np.int64(threads))
 
 
 @njit(cache=True)

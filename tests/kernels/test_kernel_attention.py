@@ -129,13 +129,67 @@ def test_a_heads_result_is_the_same_bits_however_heads_are_grouped_into_tasks(so
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc = make_paged_batch(
         rng, context_lens=[23, 9, 14], query_lens=[1, 1, 2], num_heads=8, num_kv_heads=2)
     token_seq = sequence_of_tokens(query_start_loc, q.shape[0])
+    no_parts = np.empty((0, 1, 8, q.shape[2]), np.float32), np.empty((0, 1, 8), np.float32)
     outs = []
     for per_task in (4, 2, 1):
         out = np.empty_like(q)
         attend_tasks(q, k_cache, v_cache, 0, block_tables, context_lens, query_start_loc, token_seq,
-                     np.float32(0.125), 0, np.float32(softcap), out, per_task, 0, q.shape[0] * (8 // per_task))
+                     np.float32(0.125), 0, np.float32(softcap), out, 0, per_task, 1, no_parts[0], no_parts[1],
+                     no_parts[1], 0, q.shape[0] * (8 // per_task))
         outs.append(out)
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     expected = reference.paged_attention(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, 0.125,
                                          0, softcap)
     np.testing.assert_allclose(outs[0], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_keys", [1, 511, 512, 513, 1024, 1025, 2000, 70_001])
+def test_key_spans_cover_a_querys_keys_in_order(num_keys):
+    from kernels_numba.cpu.attention import SPLIT_KEYS, key_splits, split_span
+    splits = key_splits(num_keys)
+    assert (splits == 1) == (num_keys <= SPLIT_KEYS) and splits == -(-num_keys // SPLIT_KEYS)
+    first_key = 37
+    spans = [split_span(first_key, first_key + num_keys - 1, span, splits) for span in range(splits)]
+    assert spans[0][0] == first_key and spans[-1][1] == first_key + num_keys - 1
+    assert all(last >= first for first, last in spans)  # none empty
+    assert all(spans[i + 1][0] == spans[i][1] + 1 for i in range(splits - 1))  # contiguous
+    sizes = [last - first + 1 for first, last in spans]
+    assert max(sizes) - min(sizes) <= splits  # near-equal: each thread's share alike
+
+
+def _attend_tokens(batch, threads, softcap=0.0, sliding_window=0):
+    from kernels_numba.cpu.attention import attend_tokens, sequence_of_tokens
+    from kernels_numba.kv_type import kv_type_of
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc = batch
+    out = np.full_like(q, np.nan)
+    attend_tokens(q, k_cache, v_cache, kv_type_of(k_cache), block_tables, context_lens, query_start_loc,
+                  sequence_of_tokens(query_start_loc, q.shape[0]), np.float32(0.1), sliding_window,
+                  np.float32(softcap), out, 0, q.shape[0], threads)
+    return out
+
+
+@pytest.mark.parametrize("kv_type, head_dim", [("f16", 64), ("f32", 64), ("q8_0", 32)])
+@pytest.mark.parametrize("softcap, sliding_window", [(0.0, 0), (5.0, 0), (0.0, 700)])
+def test_a_long_context_token_split_into_key_spans_matches_the_reference(kv_type, head_dim, softcap,
+                                                                          sliding_window, threading_mode):
+    """Past SPLIT_KEYS visible keys a query's keys go in spans (tasks of their own) merged afterwards: the vector
+    rows (f16/f32) and the numba loops (q8_0), with soft-capping and a window that leaves 700 keys (2 spans)."""
+    rng = np.random.default_rng(len(kv_type) + head_dim + int(softcap) + sliding_window)
+    batch = make_paged_batch(rng, [1300, 40, 1030], [1, 1, 2], num_heads=6, num_kv_heads=2, head_dim=head_dim,
+                             block_size=16, kv_type=kv_type)
+    expected = reference.paged_attention(*batch, 0.1, sliding_window, softcap)
+    got = cpu.paged_attention(*batch, 0.1, sliding_window, softcap)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_split_token_gets_the_same_bits_alone_batched_and_on_any_thread_count():
+    rng = np.random.default_rng(11)
+    batch = make_paged_batch(rng, [900, 30, 2100], [1, 1, 1], num_heads=9, num_kv_heads=3, head_dim=64,
+                             block_size=16, kv_type="f16")
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc = batch
+    serial, pooled = _attend_tokens(batch, 1), _attend_tokens(batch, 2)
+    assert np.array_equal(serial, pooled) and not np.isnan(serial).any()
+    for seq in (0, 2):
+        alone = (q[seq:seq + 1], k_cache, v_cache, block_tables[seq:seq + 1], context_lens[seq:seq + 1],
+                 np.array([0, 1], np.int32))
+        assert np.array_equal(_attend_tokens(alone, 2)[0], serial[seq])
