@@ -53,7 +53,7 @@ PREFETCH_KEYS_AHEAD = 8  # key rows prefetched this many positions ahead of the 
 # uses them, where one head at a time streamed the sequence's whole K and V through L2 once per head (Gemma 3
 # 270M: 4 heads a kv head; one thread, 8 tokens x 45 keys 55.7 -> 39.8 us, x 500 keys 765 -> 537 us, 1 token x
 # 2000 keys 568 -> 258 us; the same bits).
-@njit(cache=True, fastmath=SUM_FASTMATH)
+@njit(cache=True, fastmath=SUM_FASTMATH, inline="always")  # a small wrapper: no compile of its own
 def attend_heads(queries, k_cache, v_cache, kv_type, block_table, kv_head, first_key, last_key, scale, softcap,
                  out):
     """out[h] = softmax(scale * queries[h] . keys) @ values over key positions first_key..last_key of one sequence,
@@ -239,7 +239,7 @@ def _exp_weights_in_place(scores, softcap):
 @njit(cache=True, nogil=True)
 def heads_per_task(num_tokens, num_heads, num_kv_heads, threads):
     """Query heads a task takes: all of a kv head's (they share its K/V reads), halved while there would be fewer
-    tasks than threads (a lone decode token still uses every thread)."""
+    tasks than threads (a lone decode token still uses every thread). num_tokens: the tokens' key spans, counted."""
     per_task = num_heads // num_kv_heads
     while per_task % 2 == 0 and num_tokens * (num_heads // per_task) < threads:
         per_task //= 2
@@ -279,31 +279,53 @@ def attend_tokens(q, k_cache, v_cache, kv_type, block_tables, context_lens, quer
     heads of one kv head, span of keys): a token with more than SPLIT_KEYS visible keys is split into spans whose
     unnormalised sums are merged afterwards (_merge_splits), so a lone decode token at a long context keeps every
     thread busy (SmolLM2's 3 kv heads: 3 tasks for 2 threads without), each thread reading only its span."""
+    per_task, splits, parts, part_maxes, part_totals, num_tasks = _task_plan(
+        q, k_cache, context_lens, query_start_loc, token_seq, sliding_window, first_token, stop_token, threads)
+    if threads > 1:
+        attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                              scale, sliding_window, softcap, out, np.int64(first_token), per_task, splits, parts,
+                              part_maxes, part_totals, num_tasks,
+                              np.int64(max(1, min(num_tasks, CHUNKS_PER_THREAD * threads))))
+    else:
+        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                     sliding_window, softcap, out, np.int64(first_token), per_task, splits, parts, part_maxes,
+                     part_totals, np.int64(0), num_tasks)
+    if splits > 1:
+        _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, np.int64(first_token), parts,
+                      part_maxes, part_totals, out)
+
+
+def attend_tokens_serial(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                         scale, sliding_window, softcap, out, first_token: int, stop_token: int) -> None:
+    """attend_tokens on this thread alone, from Python: the same tasks and bits through the same compiled parts,
+    and no parallel region to compile (a first run's short prompts need only these before their first token)."""
+    per_task, splits, parts, part_maxes, part_totals, num_tasks = _task_plan(
+        q, k_cache, context_lens, query_start_loc, token_seq, sliding_window, first_token, stop_token, 1)
+    attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+                 sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals, 0,
+                 num_tasks)
+    if splits > 1:
+        _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, first_token, parts, part_maxes,
+                      part_totals, out)
+
+
+@njit(cache=True)
+def _task_plan(q, k_cache, context_lens, query_start_loc, token_seq, sliding_window, first_token, stop_token,
+               threads):
+    """(heads a task, key spans a token, the spans' sums, maxima and totals (none where no token is split), the
+    task count) of attend_tokens. Counts are plain int64 (np.int64): a literal (a caller's 0, splits' 1) would
+    compile another copy of the task loops, which a cache recorded from other calls (the binary's tiers) lacks."""
     num_tokens, num_heads = stop_token - first_token, q.shape[1]
     splits = 1
     for t in range(first_token, stop_token):
         _, first_key, last_key = _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t)
         splits = max(splits, key_splits(last_key - first_key + 1))
     per_task = heads_per_task(num_tokens * splits, num_heads, k_cache.shape[2], threads)
-    # the spans' sums, maxima and totals (unused where no token is split)
     parts = np.empty((num_tokens if splits > 1 else 0, splits, num_heads, q.shape[2]), dtype=np.float32)
     part_maxes = np.empty((parts.shape[0], splits, num_heads), dtype=np.float32)
     part_totals = np.empty((parts.shape[0], splits, num_heads), dtype=np.float32)
     num_tasks = num_tokens * (num_heads // per_task) * splits
-    # counts as plain int64 (np.int64): a literal argument (a caller's 0, splits' 1) would compile another copy of
-    # the task loops, which a cache recorded from other calls (the binary's tiers) does not hold
-    first_token, splits = np.int64(first_token), np.int64(splits)
-    if threads > 1:
-        attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
-                              scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
-                              part_totals, num_tasks, np.int64(max(1, min(num_tasks, CHUNKS_PER_THREAD * threads))))
-    else:
-        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals,
-                     np.int64(0), num_tasks)
-    if splits > 1:
-        _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, first_token, parts, part_maxes,
-                      part_totals, out)
+    return np.int64(per_task), np.int64(splits), parts, part_maxes, part_totals, np.int64(num_tasks)
 
 
 @njit(cache=True, nogil=True)
@@ -439,10 +461,10 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
     if num_queries.size and num_queries.max() >= MIN_BLOCKED_QUERIES:
         _attention_by_sequence(args, num_queries)
         return out
-    threads = numba.get_num_threads()
-    if not use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
-        threads = 1
-    attend_tokens(*args, 0, q.shape[0], threads)
+    if use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
+        attend_tokens(*args, 0, q.shape[0], numba.get_num_threads())
+    else:
+        attend_tokens_serial(*args, 0, q.shape[0])
     return out
 
 
@@ -455,4 +477,4 @@ def _attention_by_sequence(args: tuple, num_queries: np.ndarray) -> None:
             attend_sequence(q[first:stop], k_cache, v_cache, kv_type, block_tables[seq], int(context_lens[seq]),
                             float(scale), sliding_window, float(softcap), out[first:stop])
         elif count:
-            attend_tokens(*args, first, stop, 1)
+            attend_tokens_serial(*args, first, stop)
