@@ -40,6 +40,18 @@ def _fence_off(mapped: mmap.mmap, first: int, stop: int) -> None:
             pass  # only a memory saving
 
 
+def read_into(file, array: np.ndarray) -> bool:
+    """Fill a C-contiguous array with the bytes at an unbuffered binary file's position; False where the file ends
+    first."""
+    view, done = memoryview(array.reshape(-1)).cast("B"), 0
+    while done < len(view):
+        count = file.readinto(view[done:])
+        if not count:
+            return False
+        done += count
+    return True
+
+
 def private_bytes(array: np.ndarray) -> np.ndarray:
     """A private copy of a uint8 array. A view of a file mapping is read with plain file reads: touching the
     mapping would make its pages part of this process's resident memory (with the copy: twice the weights); the
@@ -50,13 +62,8 @@ def private_bytes(array: np.ndarray) -> np.ndarray:
         try:
             with open(span[0], "rb", buffering=0) as file:
                 file.seek(span[1])
-                view, done = memoryview(copy.reshape(-1)), 0
-                while done < copy.size:
-                    count = file.readinto(view[done:])
-                    if not count:
-                        break
-                    done += count
-            if done == copy.size:
+                is_whole = read_into(file, copy)
+            if is_whole:
                 _fence_off(span[2], span[3], span[3] + copy.size)
                 return copy
         except OSError:

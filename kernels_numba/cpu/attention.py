@@ -237,11 +237,12 @@ def _exp_weights_in_place(scores, softcap):
 
 
 @njit(cache=True, nogil=True)
-def heads_per_task(num_tokens, num_heads, num_kv_heads, threads):
+def heads_per_task(num_spans, num_heads, num_kv_heads, threads):
     """Query heads a task takes: all of a kv head's (they share its K/V reads), halved while there would be fewer
-    tasks than threads (a lone decode token still uses every thread). num_tokens: the tokens' key spans, counted."""
+    tasks than threads (a lone decode token still uses every thread). num_spans: the tokens' key spans (one a
+    token below SPLIT_KEYS keys), counted."""
     per_task = num_heads // num_kv_heads
-    while per_task % 2 == 0 and num_tokens * (num_heads // per_task) < threads:
+    while per_task % 2 == 0 and num_spans * (num_heads // per_task) < threads:
         per_task //= 2
     return per_task
 
@@ -366,10 +367,11 @@ def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                           scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
                           part_totals, num_tasks, chunks):
-    """attend_tasks 0..num_tasks-1 in `chunks` spans of tasks, every iteration taking the next span from a shared counter until
-    none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others, its own later
-    iterations find none; each task writes only its own heads, so the bits do not depend on who takes it). The
-    iterations, not the pool's threads: pool_threads' declaration clashes with the parallel loop's own."""
+    """attend_tasks 0..num_tasks-1 in `chunks` spans of tasks, every iteration taking the next span from a shared
+    counter until none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others,
+    its own later iterations find none; each task writes only its own heads, so the bits do not depend on who
+    takes it). The iterations, not the pool's threads: pool_threads' declaration clashes with the parallel loop's
+    own."""
     tasks_per_chunk = (num_tasks + chunks - 1) // chunks
     counter = new_counter()
     for worker in prange(chunks):
@@ -469,7 +471,8 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
 
 
 def _attention_by_sequence(args: tuple, num_queries: np.ndarray) -> None:
-    """Prompt chunks through GEMM tiles, the other sequences (decodes, short verifies) through attend_tasks."""
+    """Prompt chunks through GEMM tiles, the other sequences (decodes, short verifies) through
+    attend_tokens_serial."""
     q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, _, scale, sliding_window, softcap, out = args
     for seq, count in enumerate(num_queries):
         first, stop = int(query_start_loc[seq]), int(query_start_loc[seq + 1])

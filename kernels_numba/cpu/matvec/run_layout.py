@@ -24,9 +24,9 @@ A group of G runs, per type (the same bytes per run as GGUF, so the copy is as b
 
 `run_weights(w)` makes the copy once per weight tensor (kept on it, in huge pages where the OS has them:
 weight_arena.py; and on disk where the CLI keeps a store: run_layout_store.py, so a warm start reads it instead of
-regrouping). It reads a mapped GGUF tensor with file reads,
-so the mapping's pages never become resident: the CPU kernels read only the copy, and resident memory does not
-grow (anything else that reads the mapping, a reference op or a GPU upload, faults its pages in as before).
+regrouping). It reads a mapped GGUF tensor with file reads, so the mapping's pages never become resident: the CPU
+kernels read only the copy, and resident memory does not grow (anything else that reads the mapping, a reference
+op or a GPU upload, faults its pages in as before).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ of (the file's path, size and mtime, the tensor's offset and size, its run code 
 to a temporary name renamed into place (a crash or a second process never leaves half a file under the final
 name). Later runs read it back instead of regrouping (into the weight arena's huge pages: weight_arena.py). The
 folder keeps at most POCKET_RUN_LAYOUT_CACHE_MB megabytes (default 2048; 0 turns the store off): the least
-recently used files go first. Failing to write (disk full, read-only
-folder) only costs the next run the regrouping.
+recently used files go first. Failing to write (disk full, read-only folder) only costs the next run the
+regrouping.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_loader.private_bytes import file_span
+from gguf_loader.private_bytes import file_span, read_into
 
 DIR_ENV = "POCKET_RUN_LAYOUT_DIR"
 LIMIT_ENV = "POCKET_RUN_LAYOUT_CACHE_MB"
@@ -75,23 +75,12 @@ def load_layout(key: str | None, shape: tuple[int, ...], empty=None) -> np.ndarr
             if os.fstat(file.fileno()).st_size != int(np.prod(shape)):
                 return None
             layout = np.empty(shape, dtype=np.uint8) if empty is None else empty(shape)
-            if not _read_whole(file, memoryview(layout.reshape(-1))):
+            if not read_into(file, layout):
                 return None
         os.utime(path)  # the least recently used files are evicted first
     except (OSError, ValueError):
         return None
     return layout
-
-
-def _read_whole(file, into: memoryview) -> bool:
-    """Fill `into` from file's current position; False where the file ends first."""
-    done = 0
-    while done < len(into):
-        count = file.readinto(into[done:])
-        if not count:
-            return False
-        done += count
-    return True
 
 
 def save_layout(key: str | None, packed: np.ndarray) -> None:
