@@ -17,7 +17,8 @@ from kernels_numba.cpu.dequant import decode_rows
 from kernels_numba.cpu.ir import byte_dot
 from kernels_numba.cpu.matvec.int8_dot import quantize_activations
 from kernels_numba.cpu.matvec.run_dot import folded_lanes, row_range_intrinsic
-from kernels_numba.cpu.matvec.run_layout import RUN_CODES, ZERO_POINTS, groups_of, repack, run_weights, supports
+from kernels_numba.cpu.matvec.run_layout import (RUN_CODES, RUN_VALUES, ZERO_POINTS, groups_of, repack, run_weights,
+                                                 supports)
 from kernels_numba.cpu.matvec.run_matvec import (PARALLEL_QUANTIZE_TOKENS, TOKEN_TILE, quantized_run_activations,
                                                  run_activations, shared_spans)
 from kernels_numba.reference_int8 import linear_int8_activations
@@ -128,6 +129,28 @@ def test_linear_runs_on_the_layout_for_decodes_and_long_chunks():
     x = rng.standard_normal((2, 96)).astype(np.float32)
     np.testing.assert_allclose(dispatch.linear(x, odd), linear_int8_activations(x, odd), rtol=1e-4, atol=1e-4)
     assert odd.cpu_layouts["runs"] is None
+
+
+@pytest.mark.parametrize("ggml_type, k", [(QT.Q5_0, 960), (QT.Q4_0, 896), (QT.Q4_1, 576), (QT.Q8_0, 640),
+                                          (QT.Q4_K, 768), (QT.Q6_K, 512)])
+@pytest.mark.parametrize("num_tokens", [1, 8])
+def test_activations_quantized_into_the_run_layout_in_one_pass(ggml_type, k, num_tokens):
+    """quantized_run_activations quantizes each block and stores its words at their places in one pass: the same
+    four arrays as quantize_activations then run_activations, for every group width (k: 16 + 8 + 4 + 2 runs, ...),
+    a zero block, blocks with an inf or a NaN (quants 0, scale NaN) and a strided x."""
+    rng = np.random.default_rng(k + num_tokens)
+    run_code = RUN_CODES[qt.TYPE_CODES[ggml_type]]
+    wide = (rng.standard_normal((num_tokens, 2 * k)) * 3).astype(np.float32)
+    wide[0, 64:96] = 0.0
+    wide[-1, 2 * 37] = np.inf
+    wide[-1, 2 * 100] = np.nan
+    for x in (np.ascontiguousarray(wide[:, ::2]), wide[:, ::2]):
+        quants, scales, _, _ = quantize_activations(x)
+        expected = run_activations(run_code, quants, scales)
+        actual = quantized_run_activations(run_code, x)
+        for want, got in zip(expected, actual):
+            np.testing.assert_array_equal(got, want)
+        assert np.isnan(actual[1][-1]).sum() == 2 * (32 // RUN_VALUES[run_code])  # each run of the 2 blocks
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q4_K, 768), (QT.Q6_K, 640)])

@@ -48,9 +48,10 @@ from kernels_numba.cpu.matvec.int8_dot import quantize_activations, round_activa
 from kernels_numba.cpu.matvec.int8_matvec import (INT8_CODES, groups_kernel, int8_matvec_into,
                                                   int8_matvec_quantized_into)
 from kernels_numba.cpu.matvec.matmul import TILE_BYTES, fused_kernel, matvec_into, untiled_matmul_into
-from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, run_activations,
-                                                 run_gated_matvecs_into, run_matvec_into, run_matvec_regrouped_into,
-                                                 run_matvecs_regrouped_into, run_rows_kernels)
+from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, quantized_run_activations,
+                                                 run_activations, run_gated_matvecs_into, run_matvec_into,
+                                                 run_matvec_regrouped_into, run_matvecs_regrouped_into,
+                                                 run_rows_kernels)
 from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, use_threads
 
@@ -239,13 +240,12 @@ def _shared_quantized_input_into(kernels, mats, first, x, outs):
         path = kernels[first + i][0]
         is_quantized = is_quantized or path == RUN or path == INT8 or path == AMX
         is_all_run = is_all_run and path == RUN
-    quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
-    quants, scales = quantized[0], quantized[1]
     if is_all_run:  # one parallel region for all of them; first and count as plain int64 (the decode layer
         # passes literals) and outs padded: one compile for q/k/v and gate/up
-        _shared_run_into(kernels, mats, np.int64(first), quants, scales, padded_to_shared(outs, outs[0]),
-                         np.int64(len(outs)))
+        _shared_run_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]), np.int64(len(outs)))
         return
+    quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
+    quants, scales = quantized[0], quantized[1]
     regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
     regrouped = run_activations(qt.R_Q5_0, quants[:0], scales[:0])
     for i in range(len(outs)):
@@ -262,13 +262,13 @@ def _shared_quantized_input_into(kernels, mats, first, x, outs):
 
 
 @njit(cache=True)
-def _shared_run_into(kernels, mats, first, quants, scales, outs, count):
-    """The run path's mat-vecs of one 8-bit input into outs[:count]: regrouped once per run code, then
-    run_matvecs_regrouped_into."""
+def _shared_run_into(kernels, mats, first, x, outs, count):
+    """The run path's mat-vecs of one input into outs[:count]: x quantized and regrouped once per run code
+    (quantized_run_activations: the same 8-bit values for each), then run_matvecs_regrouped_into."""
     code0, code1, code2 = kernels[first][1], kernels[first + min(1, count - 1)][1], kernels[first + count - 1][1]
-    xr0 = run_activations(code0, quants, scales)
-    xr1 = xr0 if code1 == code0 else run_activations(code1, quants, scales)
-    xr2 = xr1 if code2 == code1 else (xr0 if code2 == code0 else run_activations(code2, quants, scales))
+    xr0 = quantized_run_activations(code0, x)
+    xr1 = xr0 if code1 == code0 else quantized_run_activations(code1, x)
+    xr2 = xr1 if code2 == code1 else (xr0 if code2 == code0 else quantized_run_activations(code2, x))
     run_matvecs_regrouped_into(kernels, mats, first, (xr0, xr1, xr2), outs, count)
 
 

@@ -448,14 +448,14 @@ def dots_of_kind(format_name: str, kind: str | None = None):
             _dots_intrinsic(weight_format, TOKENS_PER_PASS, _lane_dot_chooser(kind)))
 
 
-_INF_BITS = 0x7F800000  # |x| bits at or above: inf or nan
+INF_BITS = 0x7F800000  # |x| bits at or above: inf or nan
 
 
 @njit(cache=True, inline="always")
-def _scale_of_abs_max_bits(amax_bits):
+def scale_of_abs_max_bits(amax_bits):
     """A block's (scale, 1/scale) from its max |x| bits (quantize_ir.block_abs_max_bits): max|x| / 127; nan (and
     0) when the block holds inf or nan, so its dots become nan as float math would."""
-    if amax_bits >= _INF_BITS:
+    if amax_bits >= INF_BITS:
         return np.float32(np.nan), np.float32(0.0)
     scale = bits_to_float32(amax_bits) / np.float32(127.0)
     return scale, (np.float32(1.0) / scale if scale > 0 else np.float32(0.0))
@@ -483,7 +483,7 @@ def quantize_row_into(x, quants, scales, lane_sums, block_sums, t):
                                       np.ascontiguousarray(lane_sums[t]))
     for block in range(x.shape[1] // BLOCK_VALUES):
         first = block * BLOCK_VALUES
-        scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
+        scale, inverse = scale_of_abs_max_bits(block_abs_max_bits(row, first))
         scales[t, block] = scale
         total = quantize_block_into(row, first, inverse, row_quants, row_lane_sums)
         block_sums[t, block] = scale * np.float32(total)
@@ -532,7 +532,7 @@ def round_activations(x):
         row = np.ascontiguousarray(x[t])  # for the block IR: a no-op for C arrays
         for block in range(x.shape[1] // BLOCK_VALUES):
             first = block * BLOCK_VALUES
-            scale, inverse = _scale_of_abs_max_bits(block_abs_max_bits(row, first))
+            scale, inverse = scale_of_abs_max_bits(block_abs_max_bits(row, first))
             for j in range(BLOCK_VALUES):
                 rounded[t, first + j] = np.float32(_quant(x[t, first + j], inverse)) * scale
     return rounded
