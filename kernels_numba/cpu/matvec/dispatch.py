@@ -49,7 +49,7 @@ from kernels_numba.cpu.matvec.int8_matvec import (INT8_CODES, groups_kernel, int
                                                   int8_matvec_quantized_into)
 from kernels_numba.cpu.matvec.matmul import TILE_BYTES, fused_kernel, matvec_into, untiled_matmul_into
 from kernels_numba.cpu.matvec.run_matvec import (MAX_SHARED_MATS, padded_to_shared, quantized_run_activations,
-                                                 run_activations, run_gated_matvecs_into, run_matvec_into,
+                                                 run_gated_matvecs_into, run_matvec_into,
                                                  run_matvec_regrouped_into, run_matvecs_regrouped_into,
                                                  run_rows_kernels)
 from kernels_numba.cpu.matvec.tile_gemm import tiled_kernel, tiled_matmul_into
@@ -203,14 +203,26 @@ else:  # nothing to compile: choose_path never picks AMX here
         raise RuntimeError("AMX tiles are not available on this CPU")
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def shared_input_linear_into(kernels, mats, first, x, outs):
     """outs[i] = x @ mats[first + i].T by kernels[first + i] (linear_into's results bit for bit), with x quantized
-    to 8 bits once and regrouped once per run code in a row (q/k/v and gate/up read one input)."""
+    to 8 bits once and regrouped once per run code in a row (q/k/v and gate/up read one input). Inlined: the
+    callers' outs (q/k/v, gate/up) go on padded to MAX_SHARED_MATS with their count, so the decode layer compiles
+    one _shared_input_into for both (a compile of ~2.5 s less on a first run); outs past MAX_SHARED_MATS (a
+    tuple of one array type) take a linear_into each."""
+    _shared_input_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]),
+                       np.int64(min(len(outs), MAX_SHARED_MATS)))
+    for i in range(MAX_SHARED_MATS, len(outs)):
+        linear_into(kernels[first + i], mats[first + i], x, outs[i])
+
+
+@njit(cache=True)
+def _shared_input_into(kernels, mats, first, x, outs, count):
+    """shared_input_linear_into of outs[:count]."""
     if USE_INT8_DOT:
-        _shared_quantized_input_into(kernels, mats, first, x, outs)
+        _shared_quantized_input_into(kernels, mats, first, x, outs, count)
     else:  # float kernels only: nothing to share
-        for i in range(len(outs)):
+        for i in range(count):
             linear_into(kernels[first + i], mats[first + i], x, outs[i])
 
 
@@ -234,26 +246,24 @@ def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation):
 
 
 @njit(cache=True)
-def _shared_quantized_input_into(kernels, mats, first, x, outs):
-    is_quantized, is_all_run = False, len(outs) <= MAX_SHARED_MATS
-    for i in range(len(outs)):
+def _shared_quantized_input_into(kernels, mats, first, x, outs, count):
+    is_quantized, is_all_run = False, True
+    for i in range(count):
         path = kernels[first + i][0]
         is_quantized = is_quantized or path == RUN or path == INT8 or path == AMX
         is_all_run = is_all_run and path == RUN
-    if is_all_run:  # one parallel region for all of them; first and count as plain int64 (the decode layer
-        # passes literals) and outs padded: one compile for q/k/v and gate/up
-        _shared_run_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]), np.int64(len(outs)))
+    if is_all_run:  # one parallel region for all of them
+        _shared_run_into(kernels, mats, first, x, outs, count)
         return
     quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
-    quants, scales = quantized[0], quantized[1]
     regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
-    regrouped = run_activations(qt.R_Q5_0, quants[:0], scales[:0])
-    for i in range(len(outs)):
+    regrouped = quantized_run_activations(qt.R_Q5_0, x[:0])  # (the same 8-bit values as quants and scales:
+    for i in range(count):  # the engine compiles no run_activations of its own for this mixed path)
         path, code, handles = kernels[first + i]
         data = mats[first + i]
         if path == RUN:
             if code != regrouped_code:
-                regrouped, regrouped_code = run_activations(code, quants, scales), code
+                regrouped, regrouped_code = quantized_run_activations(code, x), code
             run_matvec_regrouped_into(handles, code, data, regrouped, outs[i])
         elif path == INT8:
             int8_matvec_quantized_into(handles, code, data, quantized, outs[i])
