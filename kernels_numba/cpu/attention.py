@@ -1,13 +1,15 @@
 """Causal attention over a paged KV cache, with GQA, llama.cpp-style sliding windows and soft-capping."""
+import functools
 import math
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
 from kernels_numba.cpu.ir.atomic_counter import claim_next, new_counter
+from kernels_numba.cpu.ir.native_call import call_native, handle_at, handles_array, native_kernel
 from kernels_numba.cpu.parallel_policy import CHUNKS_PER_THREAD, use_threads
 from kernels_numba.cpu.ir.prefetch import CACHE_LINE_BYTES, prefetch_byte
 from kernels_numba.cpu.ir.kv_rows import KEYS_A_GROUP, LANES, add_value_rows, key_scores_into
@@ -274,26 +276,51 @@ def _query_keys(context_lens, query_start_loc, token_seq, sliding_window, t):
 
 @njit(cache=True)
 def attend_tokens(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                  sliding_window, softcap, out, first_token, stop_token, threads):
+                  sliding_window, softcap, out, first_token, stop_token, threads, tasks_kernel):
     """Attention of query tokens first_token..stop_token-1 (token t of sequence token_seq[t], whose queries are its
     last tokens: query_start_loc, context_lens) on `threads` threads (1: this one alone). A task is (token, run of
     heads of one kv head, span of keys): a token with more than SPLIT_KEYS visible keys is split into spans whose
     unnormalised sums are merged afterwards (_merge_splits), so a lone decode token at a long context keeps every
-    thread busy (SmolLM2's 3 kv heads: 3 tasks for 2 threads without), each thread reading only its span."""
+    thread busy (SmolLM2's 3 kv heads: 3 tasks for 2 threads without), each thread reading only its span.
+    tasks_kernel: attend_tasks_kernel's handle of attend_tasks for these arguments, called through its address
+    (ir/native_call.py), so the attention loops are not optimised again inside this glue and every caller above
+    it (the decode layer's first-run compile ~3 s shorter)."""
     per_task, splits, parts, part_maxes, part_totals, num_tasks = _task_plan(
         q, k_cache, context_lens, query_start_loc, token_seq, sliding_window, first_token, stop_token, threads)
     if threads > 1:
         attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                               scale, sliding_window, softcap, out, np.int64(first_token), per_task, splits, parts,
                               part_maxes, part_totals, num_tasks,
-                              np.int64(max(1, min(num_tasks, CHUNKS_PER_THREAD * threads))))
+                              np.int64(max(1, min(num_tasks, CHUNKS_PER_THREAD * threads))), tasks_kernel)
     else:
-        attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                     sliding_window, softcap, out, np.int64(first_token), per_task, splits, parts, part_maxes,
-                     part_totals, np.int64(0), num_tasks)
+        call_native(handle_at(tasks_kernel, 0), (q, k_cache, v_cache, kv_type, block_tables, context_lens,
+                                                 query_start_loc, token_seq, scale, sliding_window, softcap, out,
+                                                 np.int64(first_token), per_task, splits, parts, part_maxes,
+                                                 part_totals, np.int64(0), num_tasks))
     if splits > 1:
         _merge_splits(context_lens, query_start_loc, token_seq, sliding_window, np.int64(first_token), parts,
                       part_maxes, part_totals, out)
+
+
+# attend_tasks' arguments after attend_tokens' first twelve: first token, heads a task, spans, the spans' sums,
+# maxima and totals (_task_plan), first and stop task
+_TASK_ARG_TYPES = (types.int64, types.int64, types.int64, types.Array(types.float32, 4, "C"),
+                   types.Array(types.float32, 3, "C"), types.Array(types.float32, 3, "C"), types.int64, types.int64)
+
+
+def attend_tasks_kernel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
+                        scale, sliding_window, softcap, out) -> np.ndarray:
+    """The handle (native_call.handles_array, one row) of attend_tasks compiled (or loaded from numba's cache) for
+    attend_tokens called with these first twelve arguments: the values, or their numba types."""
+    arg_types = tuple(value if isinstance(value, types.Type) else numba.typeof(value)
+                      for value in (q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc,
+                                    token_seq, scale, sliding_window, softcap, out))
+    return _tasks_kernel(arg_types + _TASK_ARG_TYPES)
+
+
+@functools.cache
+def _tasks_kernel(arg_types: tuple) -> np.ndarray:
+    return handles_array([native_kernel(attend_tasks, arg_types)])
 
 
 def attend_tokens_serial(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
@@ -366,7 +393,7 @@ def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query
 @njit(cache=True, parallel=True)
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                           scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
-                          part_totals, num_tasks, chunks):
+                          part_totals, num_tasks, chunks, tasks_kernel):
     """attend_tasks 0..num_tasks-1 in `chunks` spans of tasks, every iteration taking the next span from a shared
     counter until none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others,
     its own later iterations find none; each task writes only its own heads, so the bits do not depend on who
@@ -378,9 +405,10 @@ def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_le
         chunk = claim_next(counter)
         while chunk < chunks:
             first = chunk * tasks_per_chunk
-            attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                         sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes, part_totals,
-                         first, min(num_tasks, first + tasks_per_chunk))
+            call_native(handle_at(tasks_kernel, 0), (q, k_cache, v_cache, kv_type, block_tables, context_lens,
+                                                     query_start_loc, token_seq, scale, sliding_window, softcap, out,
+                                                     first_token, per_task, splits, parts, part_maxes, part_totals,
+                                                     first, min(num_tasks, first + tasks_per_chunk)))
             chunk = claim_next(counter)
 
 
@@ -464,7 +492,7 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
         _attention_by_sequence(args, num_queries)
         return out
     if use_threads(_attention_work(context_lens, query_start_loc, q.shape[1], q.shape[2], sliding_window)):
-        attend_tokens(*args, 0, q.shape[0], numba.get_num_threads())
+        attend_tokens(*args, 0, q.shape[0], numba.get_num_threads(), attend_tasks_kernel(*args))
     else:
         attend_tokens_serial(*args, 0, q.shape[0])
     return out

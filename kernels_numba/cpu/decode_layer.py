@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU
-from kernels_numba.cpu.attention import attend_tokens
+from kernels_numba.cpu.attention import attend_tasks_kernel, attend_tokens
 from kernels_numba.cpu.kv_store import store_kv_into
 from kernels_numba.cpu.matvec.dispatch import (cpu_operands, gated_linear_into, linear_into, linear_kernel,
                                                 max_fused_tokens, shared_input_linear_into)
@@ -63,9 +64,9 @@ ATTENTION_MIN_WORK = PARALLEL_MIN_WORK // 4
 
 
 @njit(cache=True)
-def _attend(q, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, out):
+def _attend(q, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, out, tasks_kernel):
     """Attention of q: [n, heads, head_dim], token t the query of sequence t at positions[t], over its sequence's
-    cached keys (block_tables[t])."""
+    cached keys (block_tables[t]); tasks_kernel: DecodeLayerPlan.tasks_kernel's."""
     num_tokens = q.shape[0]
     context_lens = np.empty(num_tokens, dtype=np.int32)
     keys_seen = 0
@@ -79,7 +80,7 @@ def _attend(q, k_cache, v_cache, kv_type, block_tables, positions, scale, slidin
     if keys_seen * q.shape[1] * q.shape[2] * 2 < ATTENTION_MIN_WORK:
         threads = 1
     attend_tokens(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
-                  sliding_window, softcap, out, np.int64(0), np.int64(num_tokens), np.int64(threads))
+                  sliding_window, softcap, out, np.int64(0), np.int64(num_tokens), np.int64(threads), tasks_kernel)
 
 
 @njit(cache=True)
@@ -97,10 +98,10 @@ def _project_heads(y, bias, norm, num_heads, head_dim, eps):
 @njit(cache=True)
 def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
                       activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale, sliding_window,
-                      softcap):
+                      softcap, tasks_kernel):
     """x: float32 [n, hidden], token t at positions[t] of sequence t (block_tables[t]), updated in place to the
     layer's output; its k/v go to cache slot slots[t] (caches of KV type kv_type). activation: activation.SILU or
-    GELU_TANH (gated by up)."""
+    GELU_TANH (gated by up). tasks_kernel: the attention's (DecodeLayerPlan.tasks_kernel)."""
     num_tokens = x.shape[0]
     h = np.empty_like(x)
     _norm_rows_into(x, norms[ATTN_NORM], eps, h)
@@ -116,7 +117,8 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     rotate_tokens_into(k3, cos, sin, is_neox, k3, 0, num_tokens)
     store_kv_into(k3, v3, k_cache, v_cache, slots, kv_type)
     attended = np.empty_like(q3)
-    _attend(q3, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, attended)
+    _attend(q3, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, attended,
+            tasks_kernel)
     o = np.empty_like(x)
     linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
     _norm_rows_into(o, norms[POST_ATTN_NORM], eps, o)
@@ -150,12 +152,28 @@ class DecodeLayerPlan:
     # the mats' LinearKernels by token count (dispatch.linear_kernel), looked up once per count
     kernels_by_tokens: dict = field(default_factory=dict, compare=False, repr=False)
 
+    # the attention's tasks kernel for the last caches seen: (their key, the handle)
+    last_tasks_kernel: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
+
     def kernels(self, num_tokens: int) -> tuple:
         kernels = self.kernels_by_tokens.get(num_tokens)
         if kernels is None:
             kernels = tuple(linear_kernel(code, num_tokens) for code in self.codes)
             self.kernels_by_tokens[num_tokens] = kernels
         return kernels
+
+    def tasks_kernel(self, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray) -> np.ndarray:
+        """attention.attend_tasks_kernel's handle for the decode layer's attention over these caches (its other
+        arguments are the layer's own arrays, always of one type), looked up again only when the caches or the
+        block tables' type change."""
+        key = (id(k_cache), id(v_cache), k_cache.dtype, v_cache.dtype, block_tables.dtype, block_tables.ndim,
+               block_tables.flags.c_contiguous, block_tables.flags.writeable)
+        if self.last_tasks_kernel[0] != key:
+            heads, ints, c_ints = types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C"), types.int64
+            self.last_tasks_kernel[:] = key, attend_tasks_kernel(
+                heads, k_cache, v_cache, c_ints, block_tables, ints, ints, types.Array(types.int64, 1, "C"),
+                numba.typeof(self.scale), types.int64, numba.typeof(self.softcap), heads)
+        return self.last_tasks_kernel[1]
 
 
 _NONE = np.zeros(0, dtype=np.float32)
@@ -190,4 +208,5 @@ def decode_layer(x: np.ndarray, plan: DecodeLayerPlan, k_cache: np.ndarray, v_ca
     p = plan
     decode_layer_into(x, p.mats, p.kernels(x.shape[0]), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads,
                       p.num_kv_heads, p.head_dim, p.eps, p.activation, k_cache, v_cache, kv_type_of(k_cache),
-                      block_tables, positions, slots, p.scale, p.sliding_window, p.softcap)
+                      block_tables, positions, slots, p.scale, p.sliding_window, p.softcap,
+                      p.tasks_kernel(k_cache, v_cache, block_tables))

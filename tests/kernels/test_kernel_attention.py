@@ -158,13 +158,13 @@ def test_key_spans_cover_a_querys_keys_in_order(num_keys):
 
 
 def _attend_tokens(batch, threads, softcap=0.0, sliding_window=0):
-    from kernels_numba.cpu.attention import attend_tokens, sequence_of_tokens
+    from kernels_numba.cpu.attention import attend_tasks_kernel, attend_tokens, sequence_of_tokens
     from kernels_numba.kv_type import kv_type_of
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc = batch
     out = np.full_like(q, np.nan)
-    attend_tokens(q, k_cache, v_cache, kv_type_of(k_cache), block_tables, context_lens, query_start_loc,
-                  sequence_of_tokens(query_start_loc, q.shape[0]), np.float32(0.1), sliding_window,
-                  np.float32(softcap), out, 0, q.shape[0], threads)
+    args = (q, k_cache, v_cache, kv_type_of(k_cache), block_tables, context_lens, query_start_loc,
+            sequence_of_tokens(query_start_loc, q.shape[0]), np.float32(0.1), sliding_window, np.float32(softcap), out)
+    attend_tokens(*args, 0, q.shape[0], threads, attend_tasks_kernel(*args))
     return out
 
 
