@@ -394,11 +394,11 @@ def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                           scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
                           part_totals, num_tasks, chunks, tasks_kernel):
-    """attend_tasks 0..num_tasks-1 in `chunks` spans of tasks, every iteration taking the next span from a shared
-    counter until none is left (ir/atomic_counter.py: a thread that loses its core leaves its spans to the others,
-    its own later iterations find none; each task writes only its own heads, so the bits do not depend on who
-    takes it). The iterations, not the pool's threads: pool_threads' declaration clashes with the parallel loop's
-    own."""
+    """attend_tasks 0..num_tasks-1 (through tasks_kernel, attend_tasks_kernel's handle) in `chunks` spans of tasks,
+    every iteration taking the next span from a shared counter until none is left (ir/atomic_counter.py: a thread
+    that loses its core leaves its spans to the others, its own later iterations find none; each task writes only
+    its own heads, so the bits do not depend on who takes it). The iterations, not the pool's threads:
+    pool_threads' declaration clashes with the parallel loop's own."""
     tasks_per_chunk = (num_tasks + chunks - 1) // chunks
     counter = new_counter()
     for worker in prange(chunks):

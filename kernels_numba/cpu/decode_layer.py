@@ -169,9 +169,10 @@ class DecodeLayerPlan:
         key = (id(k_cache), id(v_cache), k_cache.dtype, v_cache.dtype, block_tables.dtype, block_tables.ndim,
                block_tables.flags.c_contiguous, block_tables.flags.writeable)
         if self.last_tasks_kernel[0] != key:
-            heads, ints, c_ints = types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C"), types.int64
+            heads = types.Array(types.float32, 3, "C")  # _attend's q and out
+            int32s = types.Array(types.int32, 1, "C")  # its context lengths and query starts
             self.last_tasks_kernel[:] = key, attend_tasks_kernel(
-                heads, k_cache, v_cache, c_ints, block_tables, ints, ints, types.Array(types.int64, 1, "C"),
+                heads, k_cache, v_cache, types.int64, block_tables, int32s, int32s, types.Array(types.int64, 1, "C"),
                 numba.typeof(self.scale), types.int64, numba.typeof(self.softcap), heads)
         return self.last_tasks_kernel[1]
 

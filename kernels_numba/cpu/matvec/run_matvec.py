@@ -1,9 +1,10 @@
 """out = x @ W.T for weights in the run layout (run_layout.py) with 8-bit activations (run_dot.py), any number of
 tokens.
 
-x is quantized as int8_dot does (32 values to a scale), then regrouped like the weights (`run_activations`):
-slice j of a group holds values 4j..4j+3 of each run, and each run gets its scale, its lane start
-(-zero_point * its quant sum) and its scaled sum (for Q4_K's mins). Row groups of 4 are split into spans (8 a
+x is quantized as int8_dot does (32 values to a scale) and regrouped like the weights, in one pass
+(`quantized_run_activations`; `run_activations` regroups quants made apart): slice j of a group holds values
+4j..4j+3 of each run, and each run gets its scale, its lane start (-zero_point * its quant sum) and its scaled sum
+(for Q4_K's mins). Row groups of 4 are split into spans (8 a
 thread; 2 in a decode batch) that the threads take from a shared counter as they go (ir/atomic_counter.py), so a
 thread that loses its core leaves its spans to the other. Mat-vecs of one input (the decode layer's q/k/v, gate/up)
 run in one parallel region, their spans in proportion to each matrix's bytes (`run_matvecs_regrouped_into`): 5
