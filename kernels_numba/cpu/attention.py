@@ -5,6 +5,7 @@ import math
 import numba
 import numpy as np
 from numba import njit, prange, types
+from numba._dispatcher import compute_fingerprint
 
 from kernels_numba.cpu.ir.fast_exp import exp_f32
 from kernels_numba.cpu.jit_options import SUM_FASTMATH
@@ -311,11 +312,27 @@ _TASK_ARG_TYPES = (types.int64, types.int64, types.int64, types.Array(types.floa
 def attend_tasks_kernel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                         scale, sliding_window, softcap, out) -> np.ndarray:
     """The handle (native_call.handles_array, one row) of attend_tasks compiled (or loaded from numba's cache) for
-    attend_tokens called with these first twelve arguments: the values, or their numba types."""
-    arg_types = tuple(value if isinstance(value, types.Type) else numba.typeof(value)
-                      for value in (q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc,
-                                    token_seq, scale, sliding_window, softcap, out))
-    return _tasks_kernel(arg_types + _TASK_ARG_TYPES)
+    attend_tokens called with these first twelve arguments: the values, or their numba types. Looked up by the
+    values' type fingerprints (numba's dispatcher keys its own type cache by them: ~0.2 us a value, where
+    numba.typeof took ~5), so a call on the hot path (paged_attention, the decode layer) costs a few us."""
+    values = (q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq, scale,
+              sliding_window, softcap, out)
+    try:
+        key = tuple(value if isinstance(value, types.Type) else compute_fingerprint(value) for value in values)
+    except (TypeError, ValueError):  # a value numba fingerprints no type for: typed the slow way, not kept
+        return _tasks_kernel(_arg_types(values))
+    handles = _TASKS_KERNELS.get(key)
+    if handles is None:
+        handles = _TASKS_KERNELS[key] = _tasks_kernel(_arg_types(values))
+    return handles
+
+
+_TASKS_KERNELS: dict = {}  # type fingerprints of attend_tasks_kernel's values -> handles
+
+
+def _arg_types(values: tuple) -> tuple:
+    return tuple(value if isinstance(value, types.Type) else numba.typeof(value) for value in values) + \
+        _TASK_ARG_TYPES
 
 
 @functools.cache

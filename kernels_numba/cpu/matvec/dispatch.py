@@ -247,15 +247,17 @@ def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation):
 
 @njit(cache=True)
 def _shared_quantized_input_into(kernels, mats, first, x, outs, count):
-    is_quantized, is_all_run = False, True
+    has_int8, is_all_run = False, True
     for i in range(count):
         path = kernels[first + i][0]
-        is_quantized = is_quantized or path == RUN or path == INT8 or path == AMX
+        has_int8 = has_int8 or path == INT8
         is_all_run = is_all_run and path == RUN
     if is_all_run:  # one parallel region for all of them
         _shared_run_into(kernels, mats, first, x, outs, count)
         return
-    quantized = quantize_activations(x if is_quantized else x[:0])  # no 8-bit dot: not needed
+    # the GGUF-order 8-bit dots' input (the run dots quantize their own below, AMX and the float paths in
+    # linear_into): none where no matrix takes them
+    quantized = quantize_activations(x if has_int8 else x[:0])
     regrouped_code = -1  # the run code `regrouped` holds; none yet (its first value only gives it a type)
     regrouped = quantized_run_activations(qt.R_Q5_0, x[:0])  # (the same 8-bit values as quants and scales:
     for i in range(count):  # the engine compiles no run_activations of its own for this mixed path)
