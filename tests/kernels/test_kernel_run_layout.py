@@ -141,7 +141,7 @@ def test_activations_quantized_into_the_run_layout_in_one_pass(ggml_type, k, num
     rng = np.random.default_rng(k + num_tokens)
     run_code = RUN_CODES[qt.TYPE_CODES[ggml_type]]
     wide = (rng.standard_normal((num_tokens, 2 * k)) * 3).astype(np.float32)
-    wide[0, 64:96] = 0.0
+    wide[0, :64] = 0.0  # x[0, :32]: block 0 (x takes every other value)
     wide[-1, 2 * 37] = np.inf
     wide[-1, 2 * 100] = np.nan
     for x in (np.ascontiguousarray(wide[:, ::2]), wide[:, ::2]):
@@ -151,6 +151,7 @@ def test_activations_quantized_into_the_run_layout_in_one_pass(ggml_type, k, num
         for want, got in zip(expected, actual):
             np.testing.assert_array_equal(got, want)
         assert np.isnan(actual[1][-1]).sum() == 2 * (32 // RUN_VALUES[run_code])  # each run of the 2 blocks
+        assert (actual[1][0] == 0).sum() == 32 // RUN_VALUES[run_code]  # the zero block's runs: scale 0
 
 
 @pytest.mark.parametrize("ggml_type, k", [(QT.Q4_K, 768), (QT.Q6_K, 640)])
