@@ -6,9 +6,10 @@ LLVM keeps ~1.9 MB of native memory for every kernel it compiles, for as long as
 request up to the first token (commands/generate.py: rehearse) in a child process, which compiles into numba's
 cache and exits, its LLVM memory with it. A child stops itself at the start of a compile once it has compiled
 COMPILES_PER_CHILD kernels, and the next loads those from the cache and compiles on, so no child holds the weights
-and many kernels' LLVM memory at once. Then this process runs as a warm one would up to its first token, and
-compiles only the decode step's kernels itself (~50 for Gemma 3 270M: rehearsing them too would hold the first
-token back by their ~30 s). While the children work, this process holds argparse and the registry (~25 MB).
+and many kernels' LLVM memory at once. Then this process runs as a warm one would up to its first token. The
+decode step's kernels (~60 for Gemma 3 270M) compile in a side child beside the chain (below), or where it cannot
+run, in this process after its first token: rehearsing them in the chain too would hold the first token back by
+their ~20 s. While the children work, this process holds argparse and the registry (~25 MB).
 
 The children show the compile progress line on stderr, its count carried from one to the next. Ctrl-C ends them
 at once (exit 130, "interrupted"); a failing child's one-line error ends the command with its exit code; a cache
@@ -17,9 +18,21 @@ that keeps nothing the children compile ends the chain after MAX_CHILDREN, and t
 The chat app runs the children from its engine thread while its screen is up (ChildChain with on_progress): the
 children then send their progress to this process as lines on their stdout, for its status bar, and their stderr
 (an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work.
+
+Where a second core is free, a side child compiles the decode step's kernels at the same time (a command's
+`side_rehearsal`: generate's prompt cut to one token, which the fused decode layer takes, and one more token):
+they no longer wait for the chain, which compiles one kernel after another on one core, nor for the first token.
+The side child is quiet (its compiles are not on the progress line) and not cut: it holds the weights and its
+~150 compiles at once (Gemma 3 270M, AVX2 tier: 626 MB, the chain's children up to 577 MB; 1010 MB all told). If
+it fails, the command compiles what it left (an error of the command's own shows there, in one line). The
+command's first decode step waits for it (hold_decode_for_side_child, at most SIDE_CHILD_GRACE_S, then it is
+stopped; what it saved stays cached); its first token does not. Children lock each cache save
+(cache_save_lock.py): two of them may save compiles of one function at once. `pocket generate`, Gemma 3 270M,
+AVX2 tier, 2-core Intel Xeon (bench/cold_start.py): first token 33.5 -> 27.4 s, the whole run 50.5 -> 35.2 s.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -34,24 +47,52 @@ from pathlib import Path
 COMPILES_PER_CHILD = 75
 MAX_CHILDREN = 8
 CUT_EXIT = 75  # a child that stopped itself after COMPILES_PER_CHILD: the next one goes on
+SIDE_CHILD_GRACE_S = 60.0  # how long the first decode step waits for the side child before stopping it
+SIDE_CHILD_MAX_COMPILES = 10**9  # no cut
+MIN_SIDE_CHILD_CORES = 2  # cores this process may run on for a side child to start beside the chain
 EXIT_INTERRUPTED = 130
 DISABLE_ENV = "POCKET_FIRST_RUN_CHILDREN"  # "0": compile in this process, as a warm-cache run would
+_side_child: subprocess.Popen | None = None  # this process's side child, still at work after the chain
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 CHILD_CODE = (f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "  # this checkout's pocketcli, wherever the cwd is
               "from pocketcli.commands.first_run import child_main; child_main()")
 
 
-def compile_first_run_kernels(args, model_path: str, rehearsal: Callable[[], None]) -> int:
-    """On a first run (this model's kernels not cached), run `rehearsal` in child processes until it completes;
-    0 then (or on a warm cache, at once), else the exit code the command ends with (a child's error is shown)."""
+def compile_first_run_kernels(args, model_path: str, rehearsal: Callable[[], None],
+                              side_rehearsal: Callable[[], None] | None = None) -> int:
+    """On a first run (this model's kernels not cached), run `rehearsal` in child processes until it completes,
+    and `side_rehearsal` (the decode step's kernels) in a side child beside them where a core is free; 0 then (or
+    on a warm cache, at once), else the exit code the command ends with (a child's error is shown)."""
     stamp = cold_stamp(args, model_path)
-    return 0 if stamp is None else run_children(rehearsal, stamp)
+    return 0 if stamp is None else run_children(rehearsal, stamp, side_rehearsal=side_rehearsal)
 
 
-def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child: int = COMPILES_PER_CHILD) -> int:
-    """Children, one after another, until one completes the rehearsal: then the stamp is left."""
+def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child: int = COMPILES_PER_CHILD,
+                 side_rehearsal: Callable[[], None] | None = None) -> int:
+    """Children, one after another, until one completes the rehearsal: then the stamp is left. A side child runs
+    side_rehearsal meanwhile (start_side_child), and once the chain has completed goes on for the command's first
+    decode step to wait for (hold_decode_for_side_child); it is stopped at once if the chain fails."""
+    global _side_child
     print("first run: compiling the CPU kernels this model needs, in helper processes (about a minute; later "
           "runs load them)", file=sys.stderr, flush=True)
+    side = start_side_child(side_rehearsal)
+    try:
+        code = _run_chain(rehearsal, stamp, compiles_per_child)
+    except BaseException:
+        stop(side)
+        raise
+    if code != 0 or side is None:
+        stop(side)
+        return code
+    from ..cache_save_lock import lock_cache_saves
+
+    lock_cache_saves()  # what this process compiles is saved while the side child may save too
+    _side_child = side
+    atexit.register(end_side_child, 0.0)  # a command that ends before its decode leaves no child behind
+    return 0
+
+
+def _run_chain(rehearsal: Callable[[], None], stamp: Path, compiles_per_child: int) -> int:
     progress = (0, 0.0)
     for _ in range(MAX_CHILDREN):
         code, progress = run_child(rehearsal, progress, compiles_per_child)
@@ -63,6 +104,57 @@ def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child:
         if code != CUT_EXIT:
             return child_failure(code)
     return 0  # the cache keeps nothing: the rest compiles in this process
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity where the OS tells, else the CPU count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def start_side_child(side_rehearsal: Callable[[], None] | None) -> subprocess.Popen | None:
+    """A quiet child running side_rehearsal beside the chain, or None (no side rehearsal, or a single core: the two
+    would take turns on it and the first token would come later). It is not cut after COMPILES_PER_CHILD: the
+    decode step's kernels are what it is for, and a cut one would leave them to the command."""
+    if side_rehearsal is None or usable_cores() < MIN_SIDE_CHILD_CORES:
+        return None
+    child = subprocess.Popen([sys.executable, "-c", CHILD_CODE], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    send_job(child, (side_rehearsal, (0, 0.0), SIDE_CHILD_MAX_COMPILES, SIDE))
+    return child
+
+
+def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:
+    """Wait up to grace_s for this process's side child to finish, then stop it (what it saved stays cached)."""
+    global _side_child
+    child, _side_child = _side_child, None
+    if child is None:
+        return
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        stop(child)
+    except KeyboardInterrupt:
+        stop(child)
+        raise
+
+
+def hold_decode_for_side_child(engine) -> None:
+    """The engine's first step with a decode in it (a running sequence with a token out already) first waits for
+    the side child (end_side_child): it is saving that step's kernels, which this process would otherwise compile
+    again beside it. The steps up to the first token do not wait. Nothing to do without a side child at work."""
+    if _side_child is None:
+        return
+    step = engine.step
+
+    def step_after_side_child():
+        if any(seq.num_completion_tokens for seq in engine.scheduler.running):
+            end_side_child()
+            engine.step = step  # as it was
+        return step()
+
+    engine.step = step_after_side_child
 
 
 def cold_stamp(args, model_path: str) -> Path | None:
@@ -204,8 +296,11 @@ def failure_message(code: int, stderr: str) -> str:
     return errors[-1].removeprefix("error: ") if errors else f"the process compiling the kernels exited with {code}"
 
 
-def stop(child: subprocess.Popen) -> None:
-    """Ctrl-C reached the child too (same process group); a SIGINT sent to this process alone is passed on."""
+def stop(child: subprocess.Popen | None) -> None:
+    """Ctrl-C reached the child too (same process group); a SIGINT sent to this process alone is passed on. Also
+    how a side child past its time, or beside a chain that ended early, is stopped (None: no side child)."""
+    if child is None:
+        return
     if child.poll() is None:
         child.send_signal(signal.SIGINT)
     try:
@@ -230,6 +325,9 @@ def child_main() -> None:
     signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))  # no unwinding through a compile
     from ..errors import USER_ERRORS
 
+    from ..cache_save_lock import lock_cache_saves
+
+    lock_cache_saves()  # a side child may save compiles of the same functions at the same time
     try:
         rehearsal, progress, compiles_per_child, to_parent = pickle.load(sys.stdin.buffer)
         # one burst for the whole child: a pause (the weights' regrouping) does not end the count
@@ -244,11 +342,17 @@ def child_main() -> None:
     sys.exit(0)
 
 
-def progress_reporter(to_parent: bool, progress_before: tuple[int, float]):
-    """The child's compile watch: the progress line on stderr, or progress lines on stdout for ChildChain."""
+SIDE = "side"  # a child's job's to_parent for a side child: a watch that reports to no one
+
+
+def progress_reporter(to_parent: bool | str, progress_before: tuple[int, float]):
+    """The child's compile watch: the progress line on stderr, progress lines on stdout for ChildChain, or none
+    shown (a side child: SIDE)."""
     from ..compile_progress import CompileWatch
     from ..compile_progress_line import report_compiles_to_stderr
 
+    if to_parent == SIDE:
+        return CompileWatch(lambda progress: None, progress_before=progress_before, quiet_s=float("inf"))
     if not to_parent:
         return report_compiles_to_stderr(progress_before=progress_before, quiet_s=float("inf"))
     return CompileWatch(send_progress, progress_before=progress_before, quiet_s=float("inf"))

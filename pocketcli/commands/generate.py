@@ -122,7 +122,7 @@ def stream_texts(chunks: Iterable, seen: list) -> Iterator[str]:
         yield chunk.text
 
 
-REHEARSAL_TOKENS = 1  # a first run's rehearsal: up to its first token; the decode steps compile in the run itself
+REHEARSAL_TOKENS = 1  # a first run's rehearsal: up to its first token; the decode steps compile in a side child
 
 
 def rehearse(args: argparse.Namespace, prompt: str | None) -> None:
@@ -136,15 +136,28 @@ def rehearse(args: argparse.Namespace, prompt: str | None) -> None:
         engine.step()
 
 
-def run(args: argparse.Namespace) -> int:
-    from .first_run import compile_first_run_kernels
+def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
+    """A first run's side rehearsal (first_run.py): the decode step's kernels, beside the children that rehearse
+    up to the first token. The prompt cut to its first token is a decode of the fused layer (one query, no context
+    before it), then one more token; sampled as this run samples."""
+    engine = make_engine(args)
+    params = make_sampling_params(args, engine.model_file.metadata)
+    engine.add_request(encode_prompt(engine, args, prompt)[:1] or [0],
+                       dataclasses.replace(params, max_tokens=2, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
 
-    make_sampling_params(args)  # bad flags fail before the model loads
+
+def run(args: argparse.Namespace) -> int:
+    from .first_run import compile_first_run_kernels, hold_decode_for_side_child
+
+    params = make_sampling_params(args)  # bad flags fail before the model loads
     prompt = None if args.messages else read_prompt(args)
     from ..registry import resolve_model
 
     rehearsal = functools.partial(rehearse, args, prompt)
-    code = compile_first_run_kernels(args, resolve_model(args.model), rehearsal)  # a cold cache only
+    side_rehearsal = functools.partial(rehearse_decode, args, prompt) if params.max_tokens > 1 else None
+    code = compile_first_run_kernels(args, resolve_model(args.model), rehearsal, side_rehearsal)  # cold cache only
     if code:
         return code
     from ..compile_progress_line import report_compiles_to_stderr
@@ -153,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         load_started = time.perf_counter()
         engine = make_engine(args)
         load_seconds = time.perf_counter() - load_started
+        hold_decode_for_side_child(engine)  # a first run's side child may still be saving the decode step's kernels
         params = make_sampling_params(args, engine.model_file.metadata)
         prompt_ids = encode_prompt(engine, args, prompt)
         chunks = generate(engine, prompt_ids, params, compiles, show_text=not args.json)

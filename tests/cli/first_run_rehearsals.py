@@ -43,3 +43,22 @@ def sleep_long() -> None:
     import time
 
     time.sleep(60)  # a long compile, for a cancel to cut short
+
+
+@numba.njit(cache=True)
+def add_four(x):
+    return x + 4.0
+
+
+def compile_side() -> None:
+    """A side child's rehearsal: a kernel of its own, after a moment (the chain's children are at work then)."""
+    import time
+
+    time.sleep(0.5)
+    assert add_four(0.0) == 4.0
+
+
+def sleep_briefly() -> None:
+    import time
+
+    time.sleep(2)

@@ -107,3 +107,90 @@ def test_cancelling_a_chain_kills_its_child(stamp):
     assert not runner.is_alive() and failures == ["cancelled"]
     assert time.monotonic() - started < 5
     assert chain.child.poll() is not None and not stamp.exists()
+
+
+def cached_kernel_names(cache_dir) -> set[str]:
+    """The functions numba's cache holds an index for (their qualified names, as the index files begin)."""
+    return {path.name.split("-")[0] for path in cache_dir.rglob("*.nbi")}
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A side child starts only where a second core is free: the tests run it on any machine."""
+    from pocketcli.commands import first_run
+
+    monkeypatch.setattr(first_run, "usable_cores", lambda: 2)
+
+
+def test_a_side_child_compiles_beside_the_chain_and_is_not_counted(stamp, capfd, two_cores):
+    """The decode step's kernels compile in a side child while the chain works: they are cached once it has
+    ended, and the progress line counts the chain's compiles only."""
+    from pocketcli.commands import first_run
+
+    assert run_children(first_run_rehearsals.compile_three, stamp,
+                        side_rehearsal=first_run_rehearsals.compile_side) == 0
+    first_run.end_side_child()
+    names = cached_kernel_names(stamp.parents[1])
+    assert {"first_run_rehearsals.add_one", "first_run_rehearsals.add_four"} <= names, names
+    assert capfd.readouterr().err.splitlines()[-1].startswith("compiled 3 kernels in ")
+
+
+def test_a_failing_side_child_does_not_fail_the_command(stamp, capfd, two_cores):
+    from pocketcli.commands import first_run
+
+    assert run_children(first_run_rehearsals.compile_three, stamp, side_rehearsal=first_run_rehearsals.die) == 0
+    first_run.end_side_child()
+    assert stamp.exists()
+    assert "error" not in capfd.readouterr().err
+
+
+def test_a_side_child_is_stopped_when_the_chain_fails_or_is_interrupted(stamp, two_cores, monkeypatch):
+    import subprocess
+    import time
+
+    from pocketcli.commands import first_run
+
+    started = []
+    start = first_run.start_side_child
+    monkeypatch.setattr(first_run, "start_side_child",
+                        lambda rehearsal: started.append(start(rehearsal)) or started[-1])
+    began = time.monotonic()
+    assert run_children(first_run_rehearsals.fail_as_bad_input, stamp,
+                        side_rehearsal=first_run_rehearsals.sleep_long) == 2
+    with pytest.raises(KeyboardInterrupt):
+        run_children(first_run_rehearsals.interrupt, stamp, side_rehearsal=first_run_rehearsals.sleep_long)
+    assert time.monotonic() - began < 30  # not the side child's 60 s
+    assert len(started) == 2 and all(child.poll() is not None for child in started)
+    assert all(isinstance(child, subprocess.Popen) for child in started)
+
+
+def test_a_single_core_runs_no_side_child(stamp, monkeypatch):
+    from pocketcli.commands import first_run
+
+    monkeypatch.setattr(first_run, "usable_cores", lambda: 1)
+    assert first_run.start_side_child(first_run_rehearsals.compile_side) is None
+
+
+def test_the_first_decode_step_waits_for_a_side_child_left_at_work(stamp, two_cores):
+    """generate's chain stops at the first token: its side child goes on, and the engine's first step with a
+    decode in it waits for it (the steps before do not)."""
+    import time
+    from types import SimpleNamespace
+
+    from pocketcli.commands import first_run
+
+    assert run_children(first_run_rehearsals.compile_three, stamp,
+                        side_rehearsal=first_run_rehearsals.sleep_briefly) == 0
+    child = first_run._side_child
+    assert child is not None and child.poll() is None
+    seq = SimpleNamespace(num_completion_tokens=0)
+    steps = []
+    engine = SimpleNamespace(scheduler=SimpleNamespace(running=[seq]))
+    engine.step = lambda: steps.append(child.poll())
+    first_run.hold_decode_for_side_child(engine)
+    engine.step()  # the prompt's step: no wait
+    seq.num_completion_tokens = 1
+    engine.step()  # the first decode: after the side child
+    engine.step()
+    assert steps[0] is None and steps[1] == 0 and steps[2] == 0
+    assert first_run._side_child is None
