@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,7 @@ MIN_SIDE_CHILD_CORES = 2  # cores this process may run on for a side child to st
 EXIT_INTERRUPTED = 130
 DISABLE_ENV = "POCKET_FIRST_RUN_CHILDREN"  # "0": compile in this process, as a warm-cache run would
 _side_child: subprocess.Popen | None = None  # this process's side child, still at work after the chain
+_side_child_wait_s = 0.0  # how long this process has waited for it (end_side_child)
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 CHILD_CODE = (f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "  # this checkout's pocketcli, wherever the cwd is
               "from pocketcli.commands.first_run import child_main; child_main()")
@@ -127,10 +129,11 @@ def start_side_child(side_rehearsal: Callable[[], None] | None) -> subprocess.Po
 
 def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:
     """Wait up to grace_s for this process's side child to finish, then stop it (what it saved stays cached)."""
-    global _side_child
+    global _side_child, _side_child_wait_s
     child, _side_child = _side_child, None
     if child is None:
         return
+    started = time.perf_counter()
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -138,6 +141,14 @@ def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:
     except KeyboardInterrupt:
         stop(child)
         raise
+    finally:
+        _side_child_wait_s += time.perf_counter() - started
+
+
+def side_child_wait_seconds() -> float:
+    """Seconds this process has waited for its side child: kernel compiling that a command's timings include
+    (generate's first decode step waits for it)."""
+    return _side_child_wait_s
 
 
 def hold_decode_for_side_child(engine) -> None:
