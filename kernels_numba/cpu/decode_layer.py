@@ -154,6 +154,8 @@ class DecodeLayerPlan:
 
     # the attention's tasks kernel for the last caches seen: (their key, the handle)
     last_tasks_kernel: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
+    # the first layer's plan keeps the model's decode_stack.DecodeStack for each token count here
+    stacks: dict = field(default_factory=dict, compare=False, repr=False)
 
     def kernels(self, num_tokens: int) -> tuple:
         kernels = self.kernels_by_tokens.get(num_tokens)

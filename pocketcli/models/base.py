@@ -170,6 +170,10 @@ class DecoderModel:
         by op, then the rows put back in batch order."""
         decode_x = np.ascontiguousarray(x[split.decode_tokens])
         rest_x = x[split.rest_tokens] if split.rest_attn is not None else None
+        if (rest_x is None and not self.tap_layer_ids and hasattr(self.ops, "decode_layers")
+                and self.ops.decode_layers(decode_x, plans, kv_keys, kv_values, split.block_tables, split.positions,
+                                           split.slots)):  # every layer in one call (decode_stack.py)
+            return self._merge_rows(x, split, decode_x, None)
         for layer_id, layer in enumerate(self.layers):
             self.ops.decode_layer(decode_x, plans[layer_id], kv_keys[layer_id], kv_values[layer_id],
                                   split.block_tables, split.positions, split.slots)

@@ -15,8 +15,9 @@ from kernels_numba import get_ops
 CUDA_ONLY: set[str] = set()
 # The fused decode layer is a CPU speed path, not an op with a meaning of its own: the model asks for it with
 # hasattr (models/base.py _decode_plans) and runs the same layer op by op without it; tensor parallelism hides it
-# (parallel/parallel_ops.py FUSED_LAYER_OPS), as no collective fits inside one compiled layer.
-CPU_ONLY = {"decode_layer", "plan_decode_layer"}
+# (parallel/parallel_ops.py FUSED_LAYER_OPS), as no collective fits inside one compiled layer. decode_layers runs
+# every fused layer of a step in one call (kernels_numba/cpu/decode_stack.py), the same way.
+CPU_ONLY = {"decode_layer", "decode_layers", "plan_decode_layer"}
 REFERENCE_ONLY: set[str] = set()
 
 

@@ -81,6 +81,21 @@ def test_tapped_hidden_is_a_snapshot(tmp_path):
 PROMPTS = ([1, 40, 41, 42, 43, 44, 45], [1, 50, 51], [1, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69])
 
 
+def count_fused_layers(monkeypatch, sizes: list) -> None:
+    """Each fused layer's batch size goes to sizes, whether it ran alone (decode_layer) or with the step's other
+    layers in one call (decode_layers)."""
+    import kernels_numba.cpu as cpu_ops
+    decode_layer, decode_layers = cpu_ops.decode_layer, cpu_ops.decode_layers
+    monkeypatch.setattr(cpu_ops, "decode_layer", lambda x, *rest: sizes.append(len(x)) or decode_layer(x, *rest))
+
+    def all_layers(x, plans, *rest):
+        done = decode_layers(x, plans, *rest)
+        sizes.extend([len(x)] * (len(plans) if done else 0))
+        return done
+
+    monkeypatch.setattr(cpu_ops, "decode_layers", all_layers)
+
+
 def batch_decode_logits(engine: LLMEngine, fused: bool, prompts, num_steps: int) -> list[np.ndarray]:
     """Greedy decode of every prompt in one batch; per sequence, its logits of every decode step [num_steps, vocab].
     Only steps where all sequences decode together are recorded."""
@@ -104,11 +119,8 @@ def batch_decode_logits(engine: LLMEngine, fused: bool, prompts, num_steps: int)
 def test_fused_batched_decode_equals_op_by_op_and_each_sequence_alone(tmp_path, arch, monkeypatch):
     """Three sequences at different positions (across KV blocks) in one fused call per layer: the op-by-op layer's
     numbers, and each sequence's logits bit for bit those it gets decoded alone."""
-    import kernels_numba.cpu as cpu_ops
     fused_batch_sizes = []
-    decode_layer = cpu_ops.decode_layer
-    monkeypatch.setattr(cpu_ops, "decode_layer", lambda x, *rest: fused_batch_sizes.append(len(x)) or
-                        decode_layer(x, *rest))
+    count_fused_layers(monkeypatch, fused_batch_sizes)
     fused_engine = tiny_engine(tmp_path, arch, "Q8_0", max_num_seqs=4)
     fused = batch_decode_logits(fused_engine, True, PROMPTS, 6)
     assert fused_batch_sizes.count(len(PROMPTS)) >= 4 * fused_engine.model.hparams.num_layers
@@ -150,11 +162,8 @@ def test_decodes_sharing_a_step_with_a_prompt_stay_fused_and_unchanged(tmp_path,
     """A prompt chunk joins two decoding sequences: their tokens still take the fused layer (the prompt goes op
     by op in the same layer loop), keep the bits they get without the newcomer, and every row matches the
     op-by-op forward."""
-    import kernels_numba.cpu as cpu_ops
     fused_batch_sizes = []
-    decode_layer = cpu_ops.decode_layer
-    monkeypatch.setattr(cpu_ops, "decode_layer", lambda x, *rest: fused_batch_sizes.append(len(x)) or
-                        decode_layer(x, *rest))
+    count_fused_layers(monkeypatch, fused_batch_sizes)
     late = PROMPTS[2]
     engine = tiny_engine(tmp_path, "gemma3", "Q8_0", max_num_seqs=4)
     op_by_op_calls = []
@@ -172,3 +181,41 @@ def test_decodes_sharing_a_step_with_a_prompt_stay_fused_and_unchanged(tmp_path,
     plain = staggered_decode_logits(tiny_engine(tmp_path, "gemma3", "Q8_0", max_num_seqs=4), False, late, 6)
     for i in (0, 1, 2):
         np.testing.assert_allclose(np.stack(mixed[i]), np.stack(plain[i]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_layer_in_one_call_gives_a_layer_at_a_times_bits(tmp_path, arch, monkeypatch):
+    """decode_stack.decode_layers (the step's layers in one compiled call, their arguments in a typed List) against
+    decode_layer called a layer at a time: the same bits, one sequence and three at different positions."""
+    import kernels_numba.cpu as cpu_ops
+
+    def run(one_call: bool):
+        if not one_call:
+            monkeypatch.setattr(cpu_ops, "decode_layers", lambda *args: False)
+        engine = tiny_engine(tmp_path, arch, "Q8_0", max_num_seqs=4)
+        alone, _ = decode_logits(engine, True, 5)
+        batched = batch_decode_logits(engine, True, PROMPTS, 5)
+        monkeypatch.undo()
+        return engine, alone, batched
+
+    engine, alone, batched = run(True)
+    assert set(engine.model._decode_layer_plans[0].stacks) == {1, 3}  # the one-call path really ran
+    _, alone_by_layer, batched_by_layer = run(False)
+    np.testing.assert_array_equal(alone, alone_by_layer)
+    for rows, rows_by_layer in zip(batched, batched_by_layer):
+        np.testing.assert_array_equal(rows, rows_by_layer)
+
+
+def test_a_decode_stack_serves_only_its_token_count_and_caches():
+    """A stack holds its caches in its typed List: new caches (a new engine on the same model) get a new one."""
+    from kernels_numba.cpu.decode_stack import DecodeStack
+
+    from kernels_numba.cpu.decode_stack import _array_kind
+
+    caches = (np.zeros(4), np.zeros(4))
+    tables = _array_kind(np.zeros((1, 2), dtype=np.int32))
+    stack = DecodeStack(1, caches, caches, tables, None, (0, 0))
+    assert stack.serves(1, list(caches), list(caches), tables)
+    assert not stack.serves(2, caches, caches, tables)
+    assert not stack.serves(1, (caches[0], caches[1].copy()), caches, tables)
+    assert not stack.serves(1, caches, caches, _array_kind(np.zeros((1, 2), dtype=np.int64)))

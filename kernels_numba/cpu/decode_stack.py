@@ -1,0 +1,124 @@
+"""Every decoder layer of a decode step in one njit call: decode_layer.decode_layer_into layer after layer, its
+per-layer arguments held in a numba typed List.
+
+Called from Python once a layer, decode_layer_into unboxed ~20 arguments each time (tuples of weights, their
+kernels, norms, the caches), and decode_layer packed them: 7-8 us a layer, 0.2-0.4 ms of a SmolLM2 decode step (30
+layers, ~3.8 ms at one sequence). A typed List crosses into compiled code as one pointer, so a step now unboxes
+its arguments once. The List is built once per token count and caches (a DecodeStack, kept on the first plan: the
+mat-vecs' kernels differ by token count; ~10 ms to build for SmolLM2, ~1.4 us to find again), and each layer is
+called through decode_layer_into's address (ir/native_call.py): the loop compiles in a moment instead of
+optimising the whole layer again. The same calls with the same arguments as decode_layer's, so the same bits.
+SmolLM2 Q4_1, AVX2 tier, 2 threads, 2-vCPU Intel Xeon, engine steps alternated in one process
+(/tmp/s24/ab_stack.py): 1 sequence 3.81 -> 3.41 ms, 8 sequences 12.94 -> 11.98 ms.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba import njit
+from numba.typed import List
+
+from kernels_numba.cpu.decode_layer import DecodeLayerPlan, decode_layer_into
+from kernels_numba.cpu.ir.native_call import call_native, native_kernel
+from kernels_numba.kv_type import kv_type_of
+
+
+@dataclass(frozen=True)
+class DecodeStack:
+    num_tokens: int
+    k_caches: tuple  # the caches the List holds (checked by identity: a new cache gets a new stack)
+    v_caches: tuple
+    block_tables_type: tuple  # _array_kind of the block tables the tasks kernels were looked up for
+    layers: object  # numba typed List: each layer's decode_layer_into arguments but the step's own
+    kernel: tuple  # decode_layer_into's (address, signature id) for those arguments
+
+    def serves(self, num_tokens: int, k_caches, v_caches, block_tables_type) -> bool:
+        return (self.num_tokens == num_tokens and block_tables_type == self.block_tables_type
+                and len(k_caches) == len(self.k_caches) and len(v_caches) == len(self.v_caches)
+                and all(map(operator.is_, k_caches, self.k_caches)) and all(map(operator.is_, v_caches, self.v_caches)))
+
+
+def _layer_arguments(plan: DecodeLayerPlan, num_tokens: int, k_cache, v_cache, block_tables) -> tuple:
+    """decode_layer_into's arguments for one layer, in its order, less x, block_tables, positions and slots."""
+    p = plan
+    return (p.mats, p.kernels(num_tokens), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
+            p.head_dim, p.eps, p.activation, k_cache, v_cache, kv_type_of(k_cache), p.scale, p.sliding_window,
+            p.softcap, p.tasks_kernel(k_cache, v_cache, block_tables))
+
+
+def _array_kind(array: np.ndarray) -> tuple:
+    """What numba's type of an array depends on, read in ~1 us where numba.typeof takes several."""
+    return array.dtype, array.ndim, array.flags.c_contiguous, array.flags.writeable
+
+
+@njit(cache=True)
+def _list_of(item):
+    """A typed List holding item (made in compiled code, cached: numba's typed List methods called from Python
+    compile afresh in every process)."""
+    items = List()
+    items.append(item)
+    return items
+
+
+@njit(cache=True)
+def _append(items, item):
+    items.append(item)
+
+
+def _typed_list(arguments: tuple):
+    """A typed List of the layers' arguments, one item at a time: a function taking the whole tuple of them (18-30
+    nested tuples) took 16 s to compile (Gemma 3 270M), each of these a moment."""
+    items = _list_of(arguments[0])
+    for item in arguments[1:]:
+        _append(items, item)
+    return items
+
+
+def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables: np.ndarray) -> DecodeStack | None:
+    """The stack for these plans, token count and caches: the one built for this token count if it serves (a serve
+    batch's size changes from step to step), else a new one; None when the layers' arguments are not all of one
+    type (such a model takes decode_layer a layer at a time)."""
+    stacks = plans[0].stacks
+    block_tables_type = _array_kind(block_tables)
+    known = stacks.get(num_tokens)
+    if known is not None and known.serves(num_tokens, k_caches, v_caches, block_tables_type):
+        return known
+    arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables)
+                      for plan, k, v in zip(plans, k_caches, v_caches))
+    layer_types = {numba.typeof(layer) for layer in arguments}
+    if len(layer_types) != 1:
+        return None
+    layer_type = layer_types.pop()
+    x_type = numba.typeof(np.empty((num_tokens, 1), dtype=np.float32))
+    positions_type = slots_type = numba.typeof(np.empty(0, dtype=np.int64))
+    kernel = native_kernel(decode_layer_into, (x_type, *layer_type.types[:14], numba.typeof(block_tables),
+                                               positions_type, slots_type, *layer_type.types[14:]))
+    stack = DecodeStack(num_tokens, tuple(k_caches), tuple(v_caches), block_tables_type, _typed_list(arguments),
+                        kernel)
+    stacks[num_tokens] = stack
+    return stack
+
+
+@njit(cache=True)
+def decode_layers_into(x, layers, block_tables, positions, slots, kernel):
+    """decode_layer_into(x, ...) of each layer's arguments in turn (DecodeStack.layers), x updated in place."""
+    for i in range(len(layers)):
+        (mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps, activation,
+         k_cache, v_cache, kv_type, scale, sliding_window, softcap, tasks_kernel) = layers[i]
+        call_native(kernel, (x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim,
+                             eps, activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale,
+                             sliding_window, softcap, tasks_kernel))
+
+
+def decode_layers(x: np.ndarray, plans: list, k_caches, v_caches, block_tables: np.ndarray, positions: np.ndarray,
+                  slots: np.ndarray) -> bool:
+    """decode_layer.decode_layer of every layer in turn, in one call (same arguments, same bits); False, with
+    nothing done, where the layers' arguments differ in type (the caller then goes a layer at a time)."""
+    stack = decode_stack(plans, x.shape[0], k_caches, v_caches, block_tables)
+    if stack is None:
+        return False
+    decode_layers_into(x, stack.layers, block_tables, positions, slots, stack.kernel)
+    return True
