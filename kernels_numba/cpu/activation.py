@@ -74,7 +74,7 @@ def apply_range(kind, x, multiplier, cap, out, start, stop):
                 run_out[i] = run[i]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def apply_parallel(kind, x, multiplier, cap, out, chunks):
     chunk = (x.size + chunks - 1) // chunks
     for c in prange(chunks):
@@ -96,7 +96,7 @@ def apply_rows(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, ou
         apply_range(kind, row_x, row_multiplier, cap, out[r], 0, row_length)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def apply_rows_parallel(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, out, chunks):
     rows_per_chunk = (out.shape[0] + chunks - 1) // chunks
     for c in prange(chunks):

@@ -407,7 +407,7 @@ def attend_tasks(q, k_cache, v_cache, kv_type, block_tables, context_lens, query
                     part_totals[i, span, h] = totals[h - first_head]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def attend_tasks_parallel(q, k_cache, v_cache, kv_type, block_tables, context_lens, query_start_loc, token_seq,
                           scale, sliding_window, softcap, out, first_token, per_task, splits, parts, part_maxes,
                           part_totals, num_tasks, chunks, tasks_kernel):

@@ -95,7 +95,7 @@ def _project_heads(y, bias, norm, num_heads, head_dim, eps):
     return y.reshape(num_tokens, num_heads, head_dim)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
                       activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale, sliding_window,
                       softcap, tasks_kernel):

@@ -102,7 +102,7 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
     return stack
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decode_layers_into(x, layers, block_tables, positions, slots, kernel):
     """decode_layer_into(x, ...) of each layer's arguments in turn (DecodeStack.layers), x updated in place."""
     for i in range(len(layers)):

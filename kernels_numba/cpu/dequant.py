@@ -24,7 +24,7 @@ def decode_rows_into(code, data, row_ids, out):
 def decode_rows_leaf(code: int):
     """decode_rows_into for type `code` with the rows split into `chunks` chunks across threads (1: on the calling
     thread, numba's pool limited to it); `code` a constant of this closure, so only its decoder compiles."""
-    @njit(cache=True, parallel=True)
+    @njit(cache=True, nogil=True, parallel=True)
     def decode_rows_parallel_into(data, row_ids, out, chunks):
         for chunk in prange(chunks):
             first, stop = chunk_span(chunk, chunks, row_ids.size)

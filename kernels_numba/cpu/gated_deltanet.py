@@ -54,7 +54,7 @@ def conv1d_silu(x: np.ndarray, weight: np.ndarray, conv_state: np.ndarray) -> np
     return out
 
 
-@njit(cache=True, parallel=True, fastmath=SUM_FASTMATH)
+@njit(cache=True, nogil=True, parallel=True, fastmath=SUM_FASTMATH)
 def recurrent_into(q, k, v, g, beta, state, out):
     """Per head and token, two passes over S: decay + read (kv_mem = S^T k), then write + output (o = S^T q)."""
     num_tokens, num_heads, key_dim = q.shape
@@ -161,7 +161,7 @@ def chunk_head_into(q, k, v, g, beta, s, out):
                 s[d, j] += c * v_new[i, j]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def chunked_into(q, k, v, g, beta, state, out, chunk_size):
     num_tokens, num_heads = g.shape
     for h in prange(num_heads):

@@ -63,7 +63,7 @@ def moe_route(router_logits: np.ndarray, top_k: int, normalize: bool) -> tuple[n
     return expert_ids, weights.astype(np.float32)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def expert_matvec_into(code, data, rows_per_expert, x, x_sums, expert_ids, out, chunks):
     """out[i] = W[expert_ids[i]] @ x[i]: work items are (row i, row group of its expert), split into chunks;
     only the chosen experts' rows of the stacked `data` are read."""

@@ -28,7 +28,7 @@ def rms_norm_rows_into(x, weight, eps, out, start, stop):
                 out[i, j] = x[i, j] * inv_rms * weight[j]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def rms_norm_parallel_into(x, weight, eps, out, chunks):
     rows_per_chunk = (x.shape[0] + chunks - 1) // chunks
     for chunk in prange(chunks):

@@ -179,7 +179,7 @@ def attend_block_into(q, k_cache, v_cache, kv_type, block_table, kv_head, first_
                 out[t, kv_head * group_size + h, d] = acc[row, d] * inverse_sum
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def attend_sequence_parallel(q, k_cache, v_cache, kv_type, block_table, context_len, scale, sliding_window, softcap,
                              out, block_tokens, chunk_keys, sgemm_address, ilp64, num_workers):
     """attend_sequence with its (kv head, query block) tiles taken by `num_workers` threads from a shared counter,

@@ -60,7 +60,7 @@ def rope_tokens_into(x, positions, inv_freq, is_neox, out, start, stop):
     rotate_tokens_into(x, cos, sin, is_neox, out, start, stop)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def rope_parallel_into(x, positions, inv_freq, is_neox, out, chunks):
     tokens_per_chunk = (x.shape[0] + chunks - 1) // chunks
     for chunk in prange(chunks):

@@ -98,7 +98,7 @@ def _groups_into(data, x_tiles, x_scales, out, first_token, num_tokens, first_gr
         release_tiles()
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _parallel_into(data, x_tiles, x_scales, out, first_token, num_tokens, chunks):
     num_groups = (data.shape[0] + TILE_ROWS - 1) // TILE_ROWS
     for chunk in prange(chunks):

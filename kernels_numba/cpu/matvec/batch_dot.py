@@ -141,7 +141,7 @@ def groups_into(code, data, x, out, first_group, stop_group):
 def batch_leaf(code: int):
     """The batch path's leaf for type `code`: groups_into over all row groups, split into `chunks` contiguous chunks
     across threads. `code` is a constant of this closure, so numba keeps only its type's branch of groups_into."""
-    @njit(cache=True, parallel=True)
+    @njit(cache=True, nogil=True, parallel=True)
     def batch_rows_into(data, x, out, chunks):
         num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
         for chunk in prange(chunks):

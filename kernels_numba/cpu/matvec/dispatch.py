@@ -172,7 +172,7 @@ def linear_kernel(code: int, num_tokens: int) -> tuple[int, int, np.ndarray]:
     return path, code, leaf_handles(path, code)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def linear_into(kernel, data, x, out):
     """out = x @ data.T by kernel = (path, code, leaf handles) of linear_kernel, for every path but tiled and
     f32_blas (x: float32 [n, k] C-contiguous, out: float32 [n, rows]). The 8-bit paths' glue compiles only on tiers

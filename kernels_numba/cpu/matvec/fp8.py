@@ -65,8 +65,9 @@ def fp8_decode_rows_into(data, row_ids, scales, block_rows, block_cols, table, o
             _decode_row_with_table(data, row_ids[i], scales, block_rows, block_cols, table, out[i])
 
 
-@njit(cache=False, parallel=True)  # compiled once per process (~1.5 s): loaded from numba's cache, the parallel
-def fp8_matvec_parallel_into(data, scales, block_rows, block_cols, x, out, chunks):  # loop body ran 1.6-2x slower
+# compiled once per process (~1.5 s): loaded from numba's cache, the parallel loop body ran 1.6-2x slower
+@njit(cache=False, nogil=True, parallel=True)
+def fp8_matvec_parallel_into(data, scales, block_rows, block_cols, x, out, chunks):
     """out[t, r] = dot(row r, x[t]) for every row, row groups split into `chunks` contiguous chunks."""
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     groups_per_chunk = (num_groups + chunks - 1) // chunks

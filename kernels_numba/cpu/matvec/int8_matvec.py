@@ -63,7 +63,7 @@ def _groups_into(groups, code, data, x8, out, first_group, stop_group):
     call_native(handle_at(groups, 0), (code, data, x8, out, first_group, stop_group))
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _parallel_into(groups, code, data, x8, out, chunks):
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
     for chunk in prange(chunks):

@@ -47,7 +47,7 @@ def fused_leaf(code: int):
     (row_dot.py)."""
     scratch_length_per_value = 1 if code in (F32, F16, BF16) else 0  # float types decode a row into scratch first
 
-    @njit(cache=True, parallel=True, fastmath=SUM_FASTMATH)
+    @njit(cache=True, nogil=True, parallel=True, fastmath=SUM_FASTMATH)
     def fused_rows_into(data, x, x_sums, out, chunks):
         num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
         groups_per_chunk = (num_groups + chunks - 1) // chunks

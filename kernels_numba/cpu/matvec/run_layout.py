@@ -191,7 +191,7 @@ def q8_0_sources(row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     return sources, masks
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _gather_rows_into(raw, sources, masks, out):
     for r in prange(raw.shape[0]):
         for i in range(sources.size):

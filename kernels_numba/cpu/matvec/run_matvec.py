@@ -218,7 +218,7 @@ def quantized_run_activations(code, x):
     return xr
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _quantize_regroup_parallel(code, x, grouped, run_scales, run_starts, run_sums, workers):
     """quantized_run_activations' region: each of `workers` threads takes the next TOKENS_PER_CLAIM tokens until
     none is left (a parallel loop's body takes no tuples of arrays: the four outputs apart)."""
@@ -376,7 +376,7 @@ def spans_per_thread(num_tokens):
     return DECODE_SPANS_PER_THREAD if num_tokens < SPAN_PASS_TOKENS else CLAIMED_SPANS_PER_THREAD
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, workers):
     """The row groups in `chunks` spans, each of `workers` threads taking the next span until none is left
     (atomic_counter), each span by _span_into."""
@@ -447,7 +447,7 @@ def shared_spans(mats, first, count, num_spans):
     return spans
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _shared_parallel_into(rows, codes, mats, first, xr0, xr1, xr2, outs, spans, workers):
     """rows: int64 [MAX_SHARED_MATS, 4, 2] leaf handles, codes: int64 [MAX_SHARED_MATS], xr0..2 each matrix's
     activations (a parallel loop's body takes no tuples of tuples, nor tuples mixing numbers and arrays)."""

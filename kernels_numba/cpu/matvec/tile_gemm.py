@@ -35,7 +35,7 @@ def decode_and_multiply(code, data, x, out, first_row, stop_row, tile, sgemm_add
 def tiled_leaf(code: int):
     """The tiled path's leaf for type `code`: out = x @ W.T for W = `data` decoded as `code`, its rows split into
     `chunks` contiguous chunks. `code` is a constant of this closure: numba keeps only its decoder (row_decode)."""
-    @njit(cache=True, parallel=True)
+    @njit(cache=True, nogil=True, parallel=True)
     def tiled_rows_into(data, x, out, tile_rows, sgemm_address, ilp64, chunks):
         num_rows = data.shape[0]
         rows_per_chunk = (num_rows + chunks - 1) // chunks
@@ -53,7 +53,7 @@ def tiled_kernel(code: int) -> np.ndarray:
                                                            types.boolean, types.int64))])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def tiled_matmul_into(tiled, data, x, out, tile_rows, sgemm_address, ilp64, chunks):
     """The tiled leaf of `code` through its handle `tiled` (tiled_kernel(code))."""
     call_native(handle_at(tiled, 0), (data, x, out, tile_rows, sgemm_address, ilp64, chunks))
