@@ -132,6 +132,26 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     _add_into(x.reshape(x.size), o.reshape(o.size))
 
 
+@njit(cache=True)
+def decode_layer_tail_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps,
+                           activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale,
+                           sliding_window, softcap, tasks_kernel):
+    """decode_layer_into's calls from its end back (the gated FFN, the attention, the heads' projection), on new
+    scratch arrays of the types decode_layer_into gives them, for compiling only (Dispatcher.compile, never run):
+    the kernels it compiles are decode_layer_into's own, found in numba's cache by a side child compiling
+    decode_layer_into from its start (pocketcli/commands/first_run.py: the tail child)."""
+    num_tokens = x.shape[0]
+    h = np.empty_like(x)
+    gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
+    gated_linear_into(kernels, mats, GATE, h, gate, np.empty_like(gate), activation)
+    _add_into(x.reshape(x.size), h.reshape(h.size))
+    q3 = np.empty((num_tokens, num_heads, head_dim), dtype=np.float32)
+    _attend(q3, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap,
+            np.empty_like(q3), tasks_kernel)
+    _project_heads(np.empty((num_tokens, num_heads * head_dim), dtype=np.float32), biases[Q], norms[Q_NORM],
+                   num_heads, head_dim, eps)
+
+
 @dataclass(frozen=True)
 class DecodeLayerPlan:
     mats: tuple[np.ndarray, ...]

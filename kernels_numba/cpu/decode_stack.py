@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from kernels_numba.cpu.decode_layer import DecodeLayerPlan, decode_layer_into
-from kernels_numba.cpu.ir.native_call import call_native, native_kernel
+from kernels_numba.cpu.decode_layer import DecodeLayerPlan, decode_layer_into, decode_layer_tail_into
+from kernels_numba.cpu.ir.native_call import NO_KERNEL, call_native, native_kernel
 from kernels_numba.kv_type import kv_type_of
 
 
@@ -88,18 +88,46 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
         return known
     arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables)
                       for plan, k, v in zip(plans, k_caches, v_caches))
-    layer_types = {numba.typeof(layer) for layer in arguments}
-    if len(layer_types) != 1:
+    layer_types = _layer_kernel_types(arguments, block_tables)
+    if layer_types is None:
         return None
-    layer_type = layer_types.pop()
-    x_type = numba.typeof(np.empty((num_tokens, 1), dtype=np.float32))
-    positions_type = slots_type = numba.typeof(np.empty(0, dtype=np.int64))
-    kernel = native_kernel(decode_layer_into, (x_type, *layer_type.types[:14], numba.typeof(block_tables),
-                                               positions_type, slots_type, *layer_type.types[14:]))
+    kernel = native_kernel(decode_layer_into, layer_types)
     stack = DecodeStack(num_tokens, tuple(k_caches), tuple(v_caches), block_tables_type, _typed_list(arguments),
                         kernel)
     stacks[num_tokens] = stack
     return stack
+
+
+def _layer_kernel_types(arguments: tuple, block_tables: np.ndarray) -> tuple | None:
+    """decode_layer_into's argument types for the layers' arguments (all of one type, else None), as the stack
+    compiles it: x, positions and slots as the step's C-contiguous arrays."""
+    layer_types = {numba.typeof(layer) for layer in arguments}
+    if len(layer_types) != 1:
+        return None
+    layer_type = layer_types.pop()
+    x_type = numba.typeof(np.empty((1, 1), dtype=np.float32))
+    positions_type = slots_type = numba.typeof(np.empty(0, dtype=np.int64))
+    return (x_type, *layer_type.types[:14], numba.typeof(block_tables), positions_type, slots_type,
+            *layer_type.types[14:])
+
+
+def compile_decode_tail(x: np.ndarray, plans: list, k_caches, v_caches, block_tables: np.ndarray,
+                        positions: np.ndarray, slots: np.ndarray) -> None:
+    """Compiles (or loads) what a decode step's decode_layers compiles last, last first, without compiling
+    decode_layer_into: the stack's typed List and loop, then decode_layer_into's later calls
+    (decode_layer.decode_layer_tail_into). A first run's tail child (pocketcli/commands/first_run.py) runs this
+    beside the side child, which compiles decode_layer_into from its start and then finds these in numba's cache.
+    Nothing runs on the step's arrays: they only give the types."""
+    arguments = tuple(_layer_arguments(plan, x.shape[0], k, v, block_tables)
+                      for plan, k, v in zip(plans, k_caches, v_caches))
+    layer_types = _layer_kernel_types(arguments, block_tables)
+    if layer_types is None:
+        return
+    layers = _typed_list(arguments)
+    handle_type = numba.typeof(NO_KERNEL)
+    decode_layers_into.compile(tuple(numba.typeof(value) for value in (x, layers, block_tables, positions, slots))
+                               + (handle_type,))
+    decode_layer_tail_into.compile(layer_types)
 
 
 @njit(cache=True, nogil=True)

@@ -29,6 +29,14 @@ command's first decode step waits for it (hold_decode_for_side_child, at most SI
 stopped; what it saved stays cached); its first token does not. Children lock each cache save
 (cache_save_lock.py): two of them may save compiles of one function at once. `pocket generate`, Gemma 3 270M,
 AVX2 tier, 2-core Intel Xeon (bench/cold_start.py): first token 33.5 -> 27.4 s, the whole run 50.5 -> 35.2 s.
+
+On a slower CPU the side child is the critical path: on a 2-vCPU AMD EPYC Zen 3 (AVX2 native) the chain takes ~30
+s and the side child ~50 s (it loads the model too, and decode_layer_into's compile alone is ~45 s from an empty
+cache), so the first decode step waited ~20 s. When the chain completes with the side child still at work, a tail
+child (a command's `tail_rehearsal`: generate's compiles the kernels decode_layer_into reaches last, last first,
+decode_stack.compile_decode_tail) takes the core the chain leaves, and the side child finds those cached: the
+whole run 58.0 / 55.9 / 62.8 -> 54.5 / 54.5 / 53.8 s, for a tree peak of ~1.2 GB instead of ~1.0 (the tail child
+holds the weights too). hold_decode_for_side_child waits for both.
 """
 from __future__ import annotations
 
@@ -53,28 +61,34 @@ SIDE_CHILD_MAX_COMPILES = 10**9  # no cut
 MIN_SIDE_CHILD_CORES = 2  # cores this process may run on for a side child to start beside the chain
 EXIT_INTERRUPTED = 130
 DISABLE_ENV = "POCKET_FIRST_RUN_CHILDREN"  # "0": compile in this process, as a warm-cache run would
-_side_child: subprocess.Popen | None = None  # this process's side child, still at work after the chain
-_side_child_wait_s = 0.0  # how long this process has waited for it (end_side_child)
+_side_children: list[subprocess.Popen] = []  # this process's side (and tail) children, at work after the chain
+_side_child_wait_s = 0.0  # how long this process has waited for them (end_side_child)
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 CHILD_CODE = (f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "  # this checkout's pocketcli, wherever the cwd is
               "from pocketcli.commands.first_run import child_main; child_main()")
 
 
 def compile_first_run_kernels(args, model_path: str, rehearsal: Callable[[], None],
-                              side_rehearsal: Callable[[], None] | None = None) -> int:
+                              side_rehearsal: Callable[[], None] | None = None,
+                              tail_rehearsal: Callable[[], None] | None = None) -> int:
     """On a first run (this model's kernels not cached), run `rehearsal` in child processes until it completes,
-    and `side_rehearsal` (the decode step's kernels) in a side child beside them where a core is free; 0 then (or
-    on a warm cache, at once), else the exit code the command ends with (a child's error is shown)."""
+    and `side_rehearsal` (the decode step's kernels) in a side child beside them where a core is free, then
+    `tail_rehearsal` beside the side child if it is still at work; 0 then (or on a warm cache, at once), else the
+    exit code the command ends with (a child's error is shown)."""
     stamp = cold_stamp(args, model_path)
-    return 0 if stamp is None else run_children(rehearsal, stamp, side_rehearsal=side_rehearsal)
+    return 0 if stamp is None else run_children(rehearsal, stamp, side_rehearsal=side_rehearsal,
+                                                tail_rehearsal=tail_rehearsal)
 
 
 def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child: int = COMPILES_PER_CHILD,
-                 side_rehearsal: Callable[[], None] | None = None) -> int:
+                 side_rehearsal: Callable[[], None] | None = None,
+                 tail_rehearsal: Callable[[], None] | None = None) -> int:
     """Children, one after another, until one completes the rehearsal: then the stamp is left. A side child runs
     side_rehearsal meanwhile (start_side_child), and once the chain has completed goes on for the command's first
-    decode step to wait for (hold_decode_for_side_child); it is stopped at once if the chain fails."""
-    global _side_child
+    decode step to wait for (hold_decode_for_side_child); it is stopped at once if the chain fails. Where it is
+    still at work when the chain completes, a tail child runs tail_rehearsal on the core the chain leaves: the
+    kernels the side child would compile last, so that it finds them cached."""
+    global _side_children
     print("first run: compiling the CPU kernels this model needs, in helper processes (about a minute; later "
           "runs load them)", file=sys.stderr, flush=True)
     side = start_side_child(side_rehearsal)
@@ -89,7 +103,8 @@ def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child:
     from ..cache_save_lock import lock_cache_saves
 
     lock_cache_saves()  # what this process compiles is saved while the side child may save too
-    _side_child = side
+    tail = start_side_child(tail_rehearsal) if side.poll() is None else None
+    _side_children = [child for child in (side, tail) if child is not None]
     atexit.register(end_side_child, 0.0)  # a command that ends before its decode leaves no child behind
     return 0
 
@@ -128,18 +143,22 @@ def start_side_child(side_rehearsal: Callable[[], None] | None) -> subprocess.Po
 
 
 def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:
-    """Wait up to grace_s for this process's side child to finish, then stop it (what it saved stays cached)."""
-    global _side_child, _side_child_wait_s
-    child, _side_child = _side_child, None
-    if child is None:
+    """Wait up to grace_s (for all of them) for this process's side children to finish, then stop those still at
+    work (what they saved stays cached)."""
+    global _side_children, _side_child_wait_s
+    children, _side_children = _side_children, []
+    if not children:
         return
     started = time.perf_counter()
     try:
-        child.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        stop(child)
+        for child in children:
+            try:
+                child.wait(timeout=max(0.0, grace_s - (time.perf_counter() - started)))
+            except subprocess.TimeoutExpired:
+                stop(child)
     except KeyboardInterrupt:
-        stop(child)
+        for child in children:
+            stop(child)
         raise
     finally:
         _side_child_wait_s += time.perf_counter() - started
@@ -155,7 +174,7 @@ def hold_decode_for_side_child(engine) -> None:
     """The engine's first step with a decode in it (a running sequence with a token out already) first waits for
     the side child (end_side_child): it is saving that step's kernels, which this process would otherwise compile
     again beside it. The steps up to the first token do not wait. Nothing to do without a side child at work."""
-    if _side_child is None:
+    if not _side_children:
         return
     step = engine.step
 

@@ -148,6 +148,22 @@ def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
         engine.step()
 
 
+def rehearse_decode_tail(args: argparse.Namespace, prompt: str | None) -> None:
+    """A first run's tail rehearsal (first_run.py): the side rehearsal's first step up to its decode layers, which
+    then compile the kernels the side child would compile last (models/decode_tail_ops.py), and no further."""
+    from ..models.decode_tail_ops import DecodeTailCompiled, DecodeTailOps
+
+    engine = make_engine(args)
+    params = make_sampling_params(args, engine.model_file.metadata)
+    engine.add_request(encode_prompt(engine, args, prompt)[:1] or [0],
+                       dataclasses.replace(params, max_tokens=2, ignore_eos=True))
+    engine.model.ops = DecodeTailOps(engine.model.ops)
+    try:
+        engine.step()
+    except DecodeTailCompiled:
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     from .first_run import compile_first_run_kernels, hold_decode_for_side_child, side_child_wait_seconds
 
@@ -157,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
     rehearsal = functools.partial(rehearse, args, prompt)
     side_rehearsal = functools.partial(rehearse_decode, args, prompt) if params.max_tokens > 1 else None
-    code = compile_first_run_kernels(args, resolve_model(args.model), rehearsal, side_rehearsal)  # cold cache only
+    tail_rehearsal = functools.partial(rehearse_decode_tail, args, prompt) if params.max_tokens > 1 else None
+    code = compile_first_run_kernels(args, resolve_model(args.model), rehearsal, side_rehearsal,
+                                     tail_rehearsal)  # cold cache only
     if code:
         return code
     from ..compile_progress_line import report_compiles_to_stderr

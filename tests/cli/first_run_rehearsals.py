@@ -62,3 +62,13 @@ def sleep_briefly() -> None:
     import time
 
     time.sleep(2)
+
+
+@numba.njit(cache=True)
+def add_five(x):
+    return x + 5.0
+
+
+def compile_tail() -> None:
+    """A tail child's rehearsal: a kernel of its own."""
+    assert add_five(0.0) == 5.0

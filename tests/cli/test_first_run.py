@@ -181,8 +181,8 @@ def test_the_first_decode_step_waits_for_a_side_child_left_at_work(stamp, two_co
 
     assert run_children(first_run_rehearsals.compile_three, stamp,
                         side_rehearsal=first_run_rehearsals.sleep_briefly) == 0
-    child = first_run._side_child
-    assert child is not None and child.poll() is None
+    [child] = first_run._side_children
+    assert child.poll() is None
     seq = SimpleNamespace(num_completion_tokens=0)
     steps = []
     engine = SimpleNamespace(scheduler=SimpleNamespace(running=[seq]))
@@ -193,5 +193,40 @@ def test_the_first_decode_step_waits_for_a_side_child_left_at_work(stamp, two_co
     engine.step()  # the first decode: after the side child
     engine.step()
     assert steps[0] is None and steps[1] == 0 and steps[2] == 0
-    assert first_run._side_child is None
+    assert first_run._side_children == []
     assert first_run.side_child_wait_seconds() > 0.5  # generate's timings count it as kernel compiling
+
+
+def test_a_tail_child_joins_a_side_child_still_at_work_and_the_decode_waits_for_both(stamp, two_cores):
+    """Once the chain has completed, a side child still at work gets a tail child beside it (the kernels it would
+    compile last): the first decode step waits for both."""
+    from pocketcli.commands import first_run
+
+    assert run_children(first_run_rehearsals.compile_three, stamp, side_rehearsal=first_run_rehearsals.sleep_briefly,
+                        tail_rehearsal=first_run_rehearsals.compile_tail) == 0
+    side, tail = first_run._side_children
+    first_run.end_side_child()
+    assert side.returncode == 0 and tail.returncode == 0
+    assert "first_run_rehearsals.add_five" in cached_kernel_names(stamp.parents[1])
+    assert first_run._side_children == []
+
+
+def test_no_tail_child_once_the_side_child_is_done(stamp, two_cores, monkeypatch):
+    import time
+
+    from pocketcli.commands import first_run
+
+    def chain_after_the_side_child(*args) -> int:
+        deadline = time.monotonic() + 60
+        while "first_run_rehearsals.add_four" not in cached_kernel_names(stamp.parents[1]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2)  # its exit
+        return 0
+
+    monkeypatch.setattr(first_run, "_run_chain", chain_after_the_side_child)
+    assert run_children(first_run_rehearsals.compile_three, stamp, side_rehearsal=first_run_rehearsals.compile_side,
+                        tail_rehearsal=first_run_rehearsals.sleep_long) == 0
+    [side] = first_run._side_children
+    first_run.end_side_child()
+    assert side.returncode == 0

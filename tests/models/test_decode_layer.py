@@ -219,3 +219,36 @@ def test_a_decode_stack_serves_only_its_token_count_and_caches():
     assert not stack.serves(2, caches, caches, tables)
     assert not stack.serves(1, (caches[0], caches[1].copy()), caches, tables)
     assert not stack.serves(1, caches, caches, _array_kind(np.zeros((1, 2), dtype=np.int64)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_decode_tail_compiles_what_the_decode_step_then_uses(tmp_path, arch):
+    """A first run's tail child (models/decode_tail_ops.py) compiles the kernels decode_layer_into reaches last and
+    the stack's List and loop for the step's argument types, without decode_layer_into: the decode step itself then
+    adds no signature to any of them (it finds them compiled, in a child: cached), and compiles decode_layer_into."""
+    import importlib
+
+    from kernels_numba.cpu.matvec.dispatch import gated_linear_into
+
+    decode_layer = importlib.import_module("kernels_numba.cpu.decode_layer")  # the package exports a function so named
+    decode_stack = importlib.import_module("kernels_numba.cpu.decode_stack")
+    from pocketcli.models.decode_tail_ops import DecodeTailCompiled, DecodeTailOps
+
+    tail = {"gated_linear_into": gated_linear_into, "_attend": decode_layer._attend,
+            "_project_heads": decode_layer._project_heads, "decode_layers_into": decode_stack.decode_layers_into,
+            "_list_of": decode_stack._list_of, "_append": decode_stack._append}
+    engine = tiny_engine(tmp_path, arch, "Q4_0")
+    engine.model.ops = DecodeTailOps(engine.model.ops)
+    engine.add_request(PROMPT[:1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    layer_signatures = set(decode_layer.decode_layer_into.overloads)
+    with pytest.raises(DecodeTailCompiled):
+        engine.step()
+    assert set(decode_layer.decode_layer_into.overloads) == layer_signatures  # the tail does not compile it
+    compiled = {name: set(kernel.overloads) for name, kernel in tail.items()}
+    assert all(compiled.values())
+    fresh = tiny_engine(tmp_path, arch, "Q4_0")  # the step as the side child runs it
+    fresh.add_request(PROMPT[:1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    while fresh.has_unfinished():
+        fresh.step()
+    assert set(fresh.model._decode_layer_plans[0].stacks) == {1}  # the one-call path ran
+    assert {name: set(kernel.overloads) for name, kernel in tail.items()} == compiled
