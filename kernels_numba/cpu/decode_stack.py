@@ -86,9 +86,7 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
     known = stacks.get(num_tokens)
     if known is not None and known.serves(num_tokens, k_caches, v_caches, block_tables_type):
         return known
-    arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables)
-                      for plan, k, v in zip(plans, k_caches, v_caches))
-    layer_types = _layer_kernel_types(arguments, block_tables)
+    arguments, layer_types = _stack_arguments(plans, num_tokens, k_caches, v_caches, block_tables)
     if layer_types is None:
         return None
     kernel = native_kernel(decode_layer_into, layer_types)
@@ -96,6 +94,14 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
                         kernel)
     stacks[num_tokens] = stack
     return stack
+
+
+def _stack_arguments(plans: list, num_tokens: int, k_caches, v_caches, block_tables: np.ndarray) -> tuple:
+    """(each layer's decode_layer_into arguments, decode_layer_into's argument types for them: None where they
+    differ in type from layer to layer)."""
+    arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables)
+                      for plan, k, v in zip(plans, k_caches, v_caches))
+    return arguments, _layer_kernel_types(arguments, block_tables)
 
 
 def _layer_kernel_types(arguments: tuple, block_tables: np.ndarray) -> tuple | None:
@@ -118,9 +124,7 @@ def compile_decode_tail(x: np.ndarray, plans: list, k_caches, v_caches, block_ta
     (decode_layer.decode_layer_tail_into). A first run's tail child (pocketcli/commands/first_run.py) runs this
     beside the side child, which compiles decode_layer_into from its start and then finds these in numba's cache.
     Nothing runs on the step's arrays: they only give the types."""
-    arguments = tuple(_layer_arguments(plan, x.shape[0], k, v, block_tables)
-                      for plan, k, v in zip(plans, k_caches, v_caches))
-    layer_types = _layer_kernel_types(arguments, block_tables)
+    arguments, layer_types = _stack_arguments(plans, x.shape[0], k_caches, v_caches, block_tables)
     if layer_types is None:
         return
     layers = _typed_list(arguments)

@@ -165,8 +165,8 @@ def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:
 
 
 def side_child_wait_seconds() -> float:
-    """Seconds this process has waited for its side child: kernel compiling that a command's timings include
-    (generate's first decode step waits for it)."""
+    """Seconds this process has waited for its side children: kernel compiling that a command's timings include
+    (generate's first decode step waits for them)."""
     return _side_child_wait_s
 
 

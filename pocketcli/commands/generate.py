@@ -138,14 +138,20 @@ def rehearse(args: argparse.Namespace, prompt: str | None) -> None:
 
 def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
     """A first run's side rehearsal (first_run.py): the decode step's kernels, beside the children that rehearse
-    up to the first token. The prompt cut to its first token is a decode of the fused layer (one query, no context
-    before it), then one more token; sampled as this run samples."""
+    up to the first token; sampled as this run samples."""
+    engine = _decode_rehearsal_engine(args, prompt)
+    while engine.has_unfinished():
+        engine.step()
+
+
+def _decode_rehearsal_engine(args: argparse.Namespace, prompt: str | None):
+    """An engine holding the decode rehearsals' request: the prompt cut to its first token, a decode of the fused
+    layer (one query, no context before it), then one more token."""
     engine = make_engine(args)
     params = make_sampling_params(args, engine.model_file.metadata)
     engine.add_request(encode_prompt(engine, args, prompt)[:1] or [0],
                        dataclasses.replace(params, max_tokens=2, ignore_eos=True))
-    while engine.has_unfinished():
-        engine.step()
+    return engine
 
 
 def rehearse_decode_tail(args: argparse.Namespace, prompt: str | None) -> None:
@@ -153,10 +159,7 @@ def rehearse_decode_tail(args: argparse.Namespace, prompt: str | None) -> None:
     then compile the kernels the side child would compile last (models/decode_tail_ops.py), and no further."""
     from ..models.decode_tail_ops import DecodeTailCompiled, DecodeTailOps
 
-    engine = make_engine(args)
-    params = make_sampling_params(args, engine.model_file.metadata)
-    engine.add_request(encode_prompt(engine, args, prompt)[:1] or [0],
-                       dataclasses.replace(params, max_tokens=2, ignore_eos=True))
+    engine = _decode_rehearsal_engine(args, prompt)
     engine.model.ops = DecodeTailOps(engine.model.ops)
     try:
         engine.step()
