@@ -93,7 +93,7 @@ def apply_rows(kind, x, x_row_stride, multiplier, multiplier_row_stride, cap, ou
         row_x = x[r * x_row_stride:r * x_row_stride + row_length]
         row_multiplier = (multiplier[r * multiplier_row_stride:r * multiplier_row_stride + row_length] if gated
                           else multiplier)
-        apply_range(kind, row_x, row_multiplier, cap, out[r], 0, row_length)
+        apply_range(kind, row_x, row_multiplier, cap, out[r], np.int64(0), row_length)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -147,7 +147,7 @@ def _apply(kind: int, x: np.ndarray, multiplier: np.ndarray | None, cap: float, 
     if use_threads(x.size, PARALLEL_MIN_VALUES):
         apply_parallel(kind, flat_x, flat_multiplier, cap32, flat_out, num_chunks(x.size))
     else:
-        apply_range(kind, flat_x, flat_multiplier, cap32, flat_out, 0, x.size)
+        apply_range(kind, flat_x, flat_multiplier, cap32, flat_out, np.int64(0), x.size)
     return out
 
 

@@ -41,12 +41,13 @@ class DecodeStack:
                 and all(map(operator.is_, k_caches, self.k_caches)) and all(map(operator.is_, v_caches, self.v_caches)))
 
 
-def _layer_arguments(plan: DecodeLayerPlan, num_tokens: int, k_cache, v_cache, block_tables) -> tuple:
+def _layer_arguments(plan: DecodeLayerPlan, num_tokens: int, k_cache, v_cache, block_tables,
+                     mixed_paths: bool | None) -> tuple:
     """decode_layer_into's arguments for one layer, in its order, less x, block_tables, positions and slots."""
     p = plan
     return (p.mats, p.kernels(num_tokens), p.norms, p.biases, p.inv_freq, p.is_neox, p.num_heads, p.num_kv_heads,
             p.head_dim, p.eps, p.activation, k_cache, v_cache, kv_type_of(k_cache), p.scale, p.sliding_window,
-            p.softcap, p.tasks_kernel(k_cache, v_cache, block_tables))
+            p.softcap, p.tasks_kernel(k_cache, v_cache, block_tables), mixed_paths)
 
 
 def _array_kind(array: np.ndarray) -> tuple:
@@ -99,7 +100,10 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
 def _stack_arguments(plans: list, num_tokens: int, k_caches, v_caches, block_tables: np.ndarray) -> tuple:
     """(each layer's decode_layer_into arguments, decode_layer_into's argument types for them: None where they
     differ in type from layer to layer)."""
-    arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables)
+    # one mixed_paths for the model (one type for every layer): None only where every layer's kernels take the
+    # run path
+    mixed_paths = None if all(plan.mixed_paths(num_tokens) is None for plan in plans) else True
+    arguments = tuple(_layer_arguments(plan, num_tokens, k, v, block_tables, mixed_paths)
                       for plan, k, v in zip(plans, k_caches, v_caches))
     return arguments, _layer_kernel_types(arguments, block_tables)
 
@@ -139,10 +143,10 @@ def decode_layers_into(x, layers, block_tables, positions, slots, kernel):
     """decode_layer_into(x, ...) of each layer's arguments in turn (DecodeStack.layers), x updated in place."""
     for i in range(len(layers)):
         (mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim, eps, activation,
-         k_cache, v_cache, kv_type, scale, sliding_window, softcap, tasks_kernel) = layers[i]
+         k_cache, v_cache, kv_type, scale, sliding_window, softcap, tasks_kernel, mixed_paths) = layers[i]
         call_native(kernel, (x, mats, kernels, norms, biases, inv_freq, is_neox, num_heads, num_kv_heads, head_dim,
                              eps, activation, k_cache, v_cache, kv_type, block_tables, positions, slots, scale,
-                             sliding_window, softcap, tasks_kernel))
+                             sliding_window, softcap, tasks_kernel, mixed_paths))
 
 
 def decode_layers(x: np.ndarray, plans: list, k_caches, v_caches, block_tables: np.ndarray, positions: np.ndarray,

@@ -47,5 +47,5 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float, out: np.ndarray | No
     if use_threads(x.size):
         rms_norm_parallel_into(rows, weight, float(eps), out_rows, num_chunks(rows.shape[0]))
     else:
-        rms_norm_rows_into(rows, weight, float(eps), out_rows, 0, rows.shape[0])
+        rms_norm_rows_into(rows, weight, float(eps), out_rows, np.int64(0), rows.shape[0])
     return out

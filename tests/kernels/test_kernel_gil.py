@@ -11,6 +11,7 @@ import kernels_numba.cpu
 from kernels_numba.cpu.decode_layer import decode_layer_into
 from kernels_numba.cpu.decode_stack import decode_layers_into
 from kernels_numba.cpu.matvec.dispatch import linear_into
+from kernels_numba.cpu.matvec.run_matvec import run_matvec_into
 from kernels_numba.cpu.matvec.tile_gemm import tiled_matmul_into
 
 
@@ -33,7 +34,8 @@ def test_every_kernel_that_wakes_the_thread_pool_releases_the_gil():
     assert holding == []
 
 
-@pytest.mark.parametrize("kernel", [decode_layers_into, decode_layer_into, linear_into, tiled_matmul_into],
+@pytest.mark.parametrize("kernel", [decode_layers_into, decode_layer_into, linear_into, run_matvec_into,
+                                    tiled_matmul_into],
                          ids=lambda kernel: kernel.__name__)
 def test_a_steps_long_calls_release_the_gil(kernel):
     assert kernel.targetoptions.get("nogil") is True

@@ -1,6 +1,7 @@
 """The run layout (run_layout.py) and its kernels: regrouped rows decode to the same floats as the GGUF rows, the
 run dots match the numpy oracle of 8-bit activations, a token gets the same bits alone and in any batch, and a
 mapped tensor is copied without touching its mapping."""
+import itertools
 import os
 
 import numpy as np
@@ -237,7 +238,8 @@ def test_shared_run_region_gives_each_matvecs_bits(types_rows, num_tokens):
 def test_gated_region_gives_the_matvecs_and_activation_bits(gate_up_types, num_tokens):
     """The feed-forward's gate and up in one region, each thread applying the activation to its own rows (one run
     code), or the shared-input mat-vecs then the activation (mixed types): the same bits as linear of each and
-    apply_range over the whole, on one thread and on the pool, for SiLU and GELU."""
+    apply_range over the whole, on one thread and on the pool, for SiLU and GELU, through the run path's glue alone
+    (mixed_paths None) and through any path's."""
     rng = np.random.default_rng(num_tokens)
     weights = [random_weight(t, (1152, 1024), rng) for t in gate_up_types]
     codes, mats = zip(*(dispatch.cpu_operands(w) for w in weights))
@@ -246,16 +248,18 @@ def test_gated_region_gives_the_matvecs_and_activation_bits(gate_up_types, num_t
     gate, up = (np.empty((num_tokens, 1152), np.float32) for _ in range(2))
     for kernel, data, out in zip(kernels, mats, (gate, up)):
         dispatch.linear_into(kernel, data, x, out)
+    # None: the run path's glue alone (the decode layer's where every kernel is on the run path), True: any path's
+    mixed_paths_values = (None, True) if all(kernel[0] == dispatch.RUN for kernel in kernels) else (True,)
     threads = numba.get_num_threads()
     try:
         for activation in (SILU, GELU_TANH):
             expected = np.empty_like(gate)
             apply_range(activation, gate.reshape(-1), up.reshape(-1), np.float32(0.0), expected.reshape(-1), 0,
                         gate.size)
-            for pool in sorted({1, threads}):
+            for pool, mixed_paths in itertools.product(sorted({1, threads}), mixed_paths_values):
                 numba.set_num_threads(pool)
                 gate_out, up_out = (np.full_like(gate, np.nan) for _ in range(2))
-                dispatch.gated_linear_into(kernels, mats, 0, x, gate_out, up_out, activation)
+                dispatch.gated_linear_into(kernels, mats, 0, x, gate_out, up_out, activation, mixed_paths)
                 np.testing.assert_array_equal(up_out, up)
                 np.testing.assert_array_equal(gate_out, expected)
     finally:

@@ -183,6 +183,16 @@ def test_decodes_sharing_a_step_with_a_prompt_stay_fused_and_unchanged(tmp_path,
         np.testing.assert_allclose(np.stack(mixed[i]), np.stack(plain[i]), atol=1e-5, rtol=1e-5)
 
 
+def fused_decode_runs(tmp_path, arch, quant, monkeypatch) -> tuple:
+    """(engine, fused decode logits of PROMPT alone, of PROMPTS in one batch), 5 steps each, on a new tiny engine;
+    then the test's monkeypatches are undone."""
+    engine = tiny_engine(tmp_path, arch, quant, max_num_seqs=4)
+    alone, _ = decode_logits(engine, True, 5)
+    batched = batch_decode_logits(engine, True, PROMPTS, 5)
+    monkeypatch.undo()
+    return engine, alone, batched
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_layer_in_one_call_gives_a_layer_at_a_times_bits(tmp_path, arch, monkeypatch):
     """decode_stack.decode_layers (the step's layers in one compiled call, their arguments in a typed List) against
@@ -192,11 +202,7 @@ def test_every_layer_in_one_call_gives_a_layer_at_a_times_bits(tmp_path, arch, m
     def run(one_call: bool):
         if not one_call:
             monkeypatch.setattr(cpu_ops, "decode_layers", lambda *args: False)
-        engine = tiny_engine(tmp_path, arch, "Q8_0", max_num_seqs=4)
-        alone, _ = decode_logits(engine, True, 5)
-        batched = batch_decode_logits(engine, True, PROMPTS, 5)
-        monkeypatch.undo()
-        return engine, alone, batched
+        return fused_decode_runs(tmp_path, arch, "Q8_0", monkeypatch)
 
     engine, alone, batched = run(True)
     assert set(engine.model._decode_layer_plans[0].stacks) == {1, 3}  # the one-call path really ran
@@ -252,3 +258,29 @@ def test_the_decode_tail_compiles_what_the_decode_step_then_uses(tmp_path, arch)
         fresh.step()
     assert set(fresh.model._decode_layer_plans[0].stacks) == {1}  # the one-call path ran
     assert {name: set(kernel.overloads) for name, kernel in tail.items()} == compiled
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen2"])
+def test_the_run_path_glue_alone_gives_the_general_glues_bits(tmp_path, arch, monkeypatch):
+    """Where every matrix takes the run path (mixed_paths None: the 8-bit dot tiers, run-layout types), the decode
+    layer compiles only the run path's glue; forced through the general glue (mixed_paths True, as a model with
+    some matrix on another path gets), one sequence and three give the same bits."""
+    from kernels_numba.cpu.decode_layer import DecodeLayerPlan
+
+    def run(mixed_paths):
+        if mixed_paths:
+            monkeypatch.setattr(DecodeLayerPlan, "mixed_paths", lambda plan, num_tokens: True)
+        return fused_decode_runs(tmp_path, arch, "Q4_0", monkeypatch)
+
+    engine, alone, batched = run(False)
+    plan = engine.model._decode_layer_plans[0]
+    assert set(plan.stacks) == {1, 3}  # the one-call path ran
+    run_only = all(kernel[0] == dispatch.RUN for kernel in plan.kernels(1))
+    assert run_only == dispatch.USE_INT8_DOT  # Q4_0 takes the run path wherever the 8-bit dots do
+    assert (plan.mixed_paths(1) is None) == run_only
+    assert (plan.stacks[1].layers[0][-1] is None) == run_only  # what the stack's layers pass
+    general, alone_general, batched_general = run(True)
+    assert general.model._decode_layer_plans[0].stacks[3].layers[0][-1] is True
+    np.testing.assert_array_equal(alone, alone_general)
+    for rows, rows_general in zip(batched, batched_general):
+        np.testing.assert_array_equal(rows, rows_general)

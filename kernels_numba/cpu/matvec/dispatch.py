@@ -179,7 +179,7 @@ def linear_into(kernel, data, x, out):
     with the 8-bit dots (a constant condition: numba drops the branch elsewhere)."""
     path, code, handles = kernel
     if path == BATCH:
-        batch_matvec_into(handles, data, x, out, PARALLEL_MIN_WORK)
+        batch_matvec_into(handles, data, x, out, np.int64(PARALLEL_MIN_WORK))
     elif path == FUSED:
         matvec_into(handles, code, data, x, out)
     elif USE_INT8_DOT and path == RUN:
@@ -216,6 +216,24 @@ def shared_input_linear_into(kernels, mats, first, x, outs):
         linear_into(kernels[first + i], mats[first + i], x, outs[i])
 
 
+@njit(cache=True, inline="always")
+def run_shared_input_into(kernels, mats, first, x, outs):
+    """shared_input_linear_into where every kernels[first + i] takes the run path (the caller knows it: see
+    run_linear_into): only the run path's glue compiles, the same _shared_run_into shared_input_linear_into reaches
+    (same argument types: one compile for both). At most MAX_SHARED_MATS outs."""
+    _shared_run_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]),
+                     np.int64(min(len(outs), MAX_SHARED_MATS)))
+
+
+@njit(cache=True, inline="always")
+def run_linear_into(kernel, data, x, out):
+    """linear_into of a run path kernel: linear_into's run branch alone. The decode layer calls these where every
+    matrix of the model takes the run path (its `mixed_paths` argument None), so that linear_into's other paths
+    (batch, fused, int8, amx: ~5 s of a first run's decode layer compile, AVX2 Zen 3) do not compile."""
+    _, code, handles = kernel
+    run_matvec_into(handles, code, data, x, out)
+
+
 @njit(cache=True)
 def _shared_input_into(kernels, mats, first, x, outs, count):
     """shared_input_linear_into of outs[:count]."""
@@ -227,12 +245,13 @@ def _shared_input_into(kernels, mats, first, x, outs, count):
 
 
 @njit(cache=True)
-def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation):
+def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation, mixed_paths):
     """gate_out = activation(x @ mats[first].T) * (x @ mats[first + 1].T) (activation.apply_range's kinds), up_out
     the second product: the feed-forward's gate and up of the decode layer. Where both take the run path with one
     code and shape, one region multiplies both and applies the activation on each thread's rows
     (run_matvec.run_gated_matvecs_into); else shared_input_linear_into, then the activation. The same bits either
-    way."""
+    way. mixed_paths: None where both take the run path (the others' glue then does not compile: numba drops a
+    branch on `is None` of an argument typed None), else True."""
     gate_path, gate_code, gate_handles = kernels[first]
     up_path, up_code = kernels[first + 1][0], kernels[first + 1][1]
     gate, up = mats[first], mats[first + 1]
@@ -240,9 +259,12 @@ def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation):
             and gate.shape[0] == up.shape[0] and gate.shape[1] == up.shape[1]):
         run_gated_matvecs_into(gate_handles, gate_code, gate, up, x, gate_out, up_out, activation)
         return
-    shared_input_linear_into(kernels, mats, first, x, (gate_out, up_out))
+    if mixed_paths is None:
+        run_shared_input_into(kernels, mats, first, x, (gate_out, up_out))
+    else:
+        shared_input_linear_into(kernels, mats, first, x, (gate_out, up_out))
     flat_gate = gate_out.reshape(gate_out.size)  # in place: apply_range stays vectorised
-    apply_range(activation, flat_gate, up_out.reshape(up_out.size), np.float32(0.0), flat_gate, 0, gate_out.size)
+    apply_range(activation, flat_gate, up_out.reshape(up_out.size), np.float32(0.0), flat_gate, np.int64(0), gate_out.size)
 
 
 @njit(cache=True)
@@ -384,5 +406,7 @@ def linear_rows_into(code: int, data: np.ndarray, x: np.ndarray, out: np.ndarray
         np.matmul(x, data.view(np.float32).T, out=out)
     elif path == TILED:  # on the 8-bit grid of the dots where this type has them: prefill and decode agree
         tiled_into(code, data, round_activations(x) if rounds_activations(code) else x, out)
+    elif path == RUN:  # linear_into's run branch, without compiling its other paths' glue (seconds of a first run)
+        run_matvec_into(leaf_handles(path, code), code, data, x, out)
     else:
         linear_into((path, code, leaf_handles(path, code)), data, x, out)

@@ -115,4 +115,4 @@ def int8_matvec_quantized_into(groups, code, data, quantized, out):
     if threads > 1 and data.shape[0] * k >= PARALLEL_MIN_WORK:
         _parallel_into(groups, code, data, x8, out, max(1, min(num_groups, CHUNKS_PER_THREAD * threads)))
     else:
-        _groups_into(groups, code, data, x8, out, 0, num_groups)
+        _groups_into(groups, code, data, x8, out, np.int64(0), num_groups)

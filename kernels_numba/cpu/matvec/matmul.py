@@ -97,7 +97,7 @@ def matvec_into(fused, code, data, x, out):
     token).
     """
     num_groups = (data.shape[0] + ROWS_PER_GROUP - 1) // ROWS_PER_GROUP
-    chunks = pool_chunks(num_groups, data.shape[0] * x.shape[1], PARALLEL_MIN_WORK)
+    chunks = pool_chunks(num_groups, data.shape[0] * x.shape[1], np.int64(PARALLEL_MIN_WORK))
     call_native_in_chunks(handle_at(fused, 0), (data, x, block_sums(code, x), out), chunks)
 
 

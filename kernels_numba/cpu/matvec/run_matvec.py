@@ -319,12 +319,15 @@ def _is_one_pass(num_tokens):
 @njit(cache=True)
 def _groups_into(rows, code, data, xr, out, first_group, stop_group):
     num_tokens, k = xr[0].shape
-    if num_tokens < SPAN_PASS_TOKENS:  # a decode batch: each pass sweeps the span, SWEEP_BYTES of rows at a time
+    # runtime values, not literals, in both calls of _passes_into: one compile of it (numba compiles a callee
+    # again for each set of literal arguments it is given)
+    is_decode = num_tokens < SPAN_PASS_TOKENS
+    if is_decode:  # a decode batch: each pass sweeps the span, SWEEP_BYTES of rows at a time (later passes stream)
         first_row, stop_row = first_group * ROWS_PER_GROUP, min(data.shape[0], stop_group * ROWS_PER_GROUP)
         sweep_rows = stop_row - first_row if _is_one_pass(num_tokens) else max(1, SWEEP_BYTES // data.shape[1])
         for sweep_first in range(first_row, stop_row, sweep_rows):
-            _passes_into(rows, code, data, xr, out, sweep_first, min(stop_row, sweep_first + sweep_rows), 0,
-                         num_tokens, True, 0)
+            _passes_into(rows, code, data, xr, out, sweep_first, min(stop_row, sweep_first + sweep_rows),
+                         np.int64(0), num_tokens, is_decode, np.int64(0))
         return
     widest = _widest_prefill_pass(data, k)
     for first_token in range(0, num_tokens, TOKEN_TILE):
@@ -332,7 +335,7 @@ def _groups_into(rows, code, data, xr, out, first_group, stop_group):
         for group in range(first_group, stop_group):  # a group's rows stay in L1 between its passes
             first_row = group * ROWS_PER_GROUP
             _passes_into(rows, code, data, xr, out, first_row, min(data.shape[0], first_row + ROWS_PER_GROUP),
-                         first_token, stop_token, False, widest)
+                         first_token, stop_token, is_decode, widest)
 
 
 @njit(cache=True)
@@ -390,7 +393,7 @@ def _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, wo
             chunk = claim_next(counter)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # called from Python too (dispatch.linear_rows_into): the GIL stays free
 def run_matvec_into(rows, code, data, x, out):
     """out[t] = dot of every row of data (run code `code`, uint8 [rows, bytes]) with x[t] quantized to 8 bits
     (x: float32 [n, k]); rows: run_rows_kernels(code)."""
@@ -401,7 +404,7 @@ def run_matvec_into(rows, code, data, x, out):
 def run_matvec_regrouped_into(rows, code, data, xr, out):
     """run_matvec_into of activations already in the run code's layout (run_activations): mat-vecs of one code
     that share an input regroup it once."""
-    _spans_into(rows, code, data, data, xr, out, out, NO_ACTIVATION)
+    _spans_into(rows, code, data, data, xr, out, out, np.int64(NO_ACTIVATION))
 
 
 @njit(cache=True)
@@ -416,7 +419,7 @@ def _spans_into(rows, code, data, up, xr, out, up_out, activation):
         chunks = max(1, min(num_groups, spans_per_thread(n) * threads))
         _parallel_into(rows, code, data, up, xr, out, up_out, activation, chunks, min(chunks, threads))
     else:
-        _span_into(rows, code, data, up, xr, out, up_out, activation, 0, num_groups)
+        _span_into(rows, code, data, up, xr, out, up_out, activation, np.int64(0), num_groups)
 
 
 MAX_SHARED_MATS = 3  # q/k/v; gate/up pass 2
