@@ -21,3 +21,12 @@ import kernels_numba  # noqa: E402,F401
 from pocketcli.cache_save_lock import lock_cache_saves  # noqa: E402
 
 lock_cache_saves()
+
+# Ctrl-C as a terminal delivers it: a suite started in the background (`cmd &` in a script) inherits SIGINT ignored,
+# and so would every `pocket` process the tests start (an ignored signal survives exec, a handler does not); the
+# tests that send SIGINT (tests/parallel/test_tp_cli.py, tests/binary/test_frozen_binary.py) would then see exit 0
+# where a user's Ctrl-C gives 130
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
