@@ -35,9 +35,8 @@ from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU
 from kernels_numba.cpu.attention import attend_tasks_kernel, attend_tokens
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matvec.dispatch import (RUN, cpu_operands, gated_linear_into, linear_into, linear_kernel,
-                                                max_fused_tokens, run_linear_into, run_shared_input_into,
-                                                shared_input_linear_into)
+from kernels_numba.cpu.matvec.dispatch import (RUN, cpu_operands, gated_linear_into, layer_linear_into,
+                                                linear_kernel, max_fused_tokens, shared_input_linear_into)
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
@@ -107,18 +106,15 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     """x: float32 [n, hidden], token t at positions[t] of sequence t (block_tables[t]), updated in place to the
     layer's output; its k/v go to cache slot slots[t] (caches of KV type kv_type). activation: activation.SILU or
     GELU_TANH (gated by up). tasks_kernel: the attention's (DecodeLayerPlan.tasks_kernel). mixed_paths: None where
-    every kernel takes the run path (DecodeLayerPlan.mixed_paths): numba then drops the `else` branches below, and
-    the other paths' glue never compiles; True otherwise."""
+    every kernel takes the run path (DecodeLayerPlan.mixed_paths): the mat-vecs then compile the run path's glue
+    alone (dispatch.layer_linear_into); True otherwise."""
     num_tokens = x.shape[0]
     h = np.empty_like(x)
     _norm_rows_into(x, norms[ATTN_NORM], eps, h)
     q = np.empty((num_tokens, mats[Q].shape[0]), dtype=np.float32)
     k = np.empty((num_tokens, mats[K].shape[0]), dtype=np.float32)
     v = np.empty((num_tokens, mats[V].shape[0]), dtype=np.float32)
-    if mixed_paths is None:
-        run_shared_input_into(kernels, mats, Q, h, (q, k, v))
-    else:
-        shared_input_linear_into(kernels, mats, Q, h, (q, k, v))
+    shared_input_linear_into(kernels, mats, Q, h, (q, k, v), mixed_paths)
     q3 = _project_heads(q, biases[Q], norms[Q_NORM], num_heads, head_dim, eps)
     k3 = _project_heads(k, biases[K], norms[K_NORM], num_kv_heads, head_dim, eps)
     v3 = _project_heads(v, biases[V], np.empty(0, dtype=np.float32), num_kv_heads, head_dim, eps)
@@ -130,20 +126,15 @@ def decode_layer_into(x, mats, kernels, norms, biases, inv_freq, is_neox, num_he
     _attend(q3, k_cache, v_cache, kv_type, block_tables, positions, scale, sliding_window, softcap, attended,
             tasks_kernel)
     o = np.empty_like(x)
-    if mixed_paths is None:
-        run_linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
-    else:
-        linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o)
+    layer_linear_into(kernels[O], mats[O], attended.reshape(num_tokens, attended.shape[1] * head_dim), o,
+                      mixed_paths)
     _norm_rows_into(o, norms[POST_ATTN_NORM], eps, o)
     _add_into(x.reshape(x.size), o.reshape(o.size))
     _norm_rows_into(x, norms[FFN_NORM], eps, h)
     gate = np.empty((num_tokens, mats[GATE].shape[0]), dtype=np.float32)
     up = np.empty_like(gate)
     gated_linear_into(kernels, mats, GATE, h, gate, up, activation, mixed_paths)
-    if mixed_paths is None:
-        run_linear_into(kernels[DOWN], mats[DOWN], gate, o)
-    else:
-        linear_into(kernels[DOWN], mats[DOWN], gate, o)
+    layer_linear_into(kernels[DOWN], mats[DOWN], gate, o, mixed_paths)
     _norm_rows_into(o, norms[POST_FFW_NORM], eps, o)
     _add_into(x.reshape(x.size), o.reshape(o.size))
 

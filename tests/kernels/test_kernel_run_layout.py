@@ -202,9 +202,9 @@ def test_shared_input_matvecs_give_each_matvecs_bits(num_tokens):
     x = rng.standard_normal((num_tokens, 256)).astype(np.float32)
     outs = tuple(np.empty((num_tokens, m.shape[0]), np.float32) for m in mats)
     kernels = tuple(dispatch.linear_kernel(code, num_tokens) for code in codes)
-    dispatch.shared_input_linear_into(kernels, mats, 1, x, outs[1:])
+    dispatch.shared_input_linear_into(kernels, mats, 1, x, outs[1:], True)
     float_only = np.empty_like(outs[-1])
-    dispatch.shared_input_linear_into(kernels, mats, len(mats) - 1, x, (float_only,))  # F16 alone: no 8-bit dot
+    dispatch.shared_input_linear_into(kernels, mats, len(mats) - 1, x, (float_only,), True)  # F16: no 8-bit dot
     np.testing.assert_array_equal(float_only, outs[-1])
     for code, data, out in zip(codes[1:], mats[1:], outs[1:]):
         expected = np.empty_like(out)
@@ -224,13 +224,14 @@ def test_shared_run_region_gives_each_matvecs_bits(types_rows, num_tokens):
     codes, mats = zip(*(dispatch.cpu_operands(w) for w in weights))
     assert all(dispatch.choose_path(code, num_tokens) == dispatch.RUN for code in codes)
     x = rng.standard_normal((num_tokens, 1024)).astype(np.float32)
-    outs = tuple(np.full((num_tokens, m.shape[0]), np.nan, np.float32) for m in mats)
     kernels = tuple(dispatch.linear_kernel(code, num_tokens) for code in codes)
-    dispatch.shared_input_linear_into(kernels, mats, 0, x, outs)
-    for kernel, data, out in zip(kernels, mats, outs):
-        expected = np.empty_like(out)
-        dispatch.linear_into(kernel, data, x, expected)
-        np.testing.assert_array_equal(out, expected)
+    for mixed_paths in (None, True):  # the run path's glue alone, and the general glue
+        outs = tuple(np.full((num_tokens, m.shape[0]), np.nan, np.float32) for m in mats)
+        dispatch.shared_input_linear_into(kernels, mats, 0, x, outs, mixed_paths)
+        for kernel, data, out in zip(kernels, mats, outs):
+            expected = np.empty_like(out)
+            dispatch.linear_into(kernel, data, x, expected)
+            np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize("num_tokens", [1, 8, 13])

@@ -204,34 +204,33 @@ else:  # nothing to compile: choose_path never picks AMX here
 
 
 @njit(cache=True, inline="always")
-def shared_input_linear_into(kernels, mats, first, x, outs):
+def shared_input_linear_into(kernels, mats, first, x, outs, mixed_paths):
     """outs[i] = x @ mats[first + i].T by kernels[first + i] (linear_into's results bit for bit), with x quantized
     to 8 bits once and regrouped once per run code in a row (q/k/v and gate/up read one input). Inlined: the
     callers' outs (q/k/v, gate/up) go on padded to MAX_SHARED_MATS with their count, so the decode layer compiles
-    one _shared_input_into for both (a compile of ~2.5 s less on a first run); outs past MAX_SHARED_MATS (a
-    tuple of one array type) take a linear_into each."""
-    _shared_input_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]),
-                       np.int64(min(len(outs), MAX_SHARED_MATS)))
+    one _shared_input_into (or _shared_run_into) for both (a compile of ~2.5 s less on a first run); outs past
+    MAX_SHARED_MATS (a tuple of one array type) take a layer_linear_into each. mixed_paths: as layer_linear_into's
+    (None: every kernels[first + i] takes the run path, and only its glue compiles)."""
+    padded, count = padded_to_shared(outs, outs[0]), np.int64(min(len(outs), MAX_SHARED_MATS))
+    if mixed_paths is None:
+        _shared_run_into(kernels, mats, np.int64(first), x, padded, count)
+    else:
+        _shared_input_into(kernels, mats, np.int64(first), x, padded, count)
     for i in range(MAX_SHARED_MATS, len(outs)):
-        linear_into(kernels[first + i], mats[first + i], x, outs[i])
+        layer_linear_into(kernels[first + i], mats[first + i], x, outs[i], mixed_paths)
 
 
 @njit(cache=True, inline="always")
-def run_shared_input_into(kernels, mats, first, x, outs):
-    """shared_input_linear_into where every kernels[first + i] takes the run path (the caller knows it: see
-    run_linear_into): only the run path's glue compiles, the same _shared_run_into shared_input_linear_into reaches
-    (same argument types: one compile for both). At most MAX_SHARED_MATS outs."""
-    _shared_run_into(kernels, mats, np.int64(first), x, padded_to_shared(outs, outs[0]),
-                     np.int64(min(len(outs), MAX_SHARED_MATS)))
-
-
-@njit(cache=True, inline="always")
-def run_linear_into(kernel, data, x, out):
-    """linear_into of a run path kernel: linear_into's run branch alone. The decode layer calls these where every
-    matrix of the model takes the run path (its `mixed_paths` argument None), so that linear_into's other paths
-    (batch, fused, int8, amx: ~5 s of a first run's decode layer compile, AVX2 Zen 3) do not compile."""
-    _, code, handles = kernel
-    run_matvec_into(handles, code, data, x, out)
+def layer_linear_into(kernel, data, x, out, mixed_paths):
+    """linear_into for the decode layer. mixed_paths None: the caller knows every kernel of the layer takes the run
+    path, and calls linear_into's run branch alone; numba drops a branch on `is None` of an argument typed None, so
+    linear_into's other paths (batch, fused, int8, amx: ~5 s of a first run's decode layer compile, AVX2 Zen 3) do
+    not compile. True: linear_into itself."""
+    if mixed_paths is None:
+        _, code, handles = kernel
+        run_matvec_into(handles, code, data, x, out)
+    else:
+        linear_into(kernel, data, x, out)
 
 
 @njit(cache=True)
@@ -250,8 +249,7 @@ def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation, mix
     the second product: the feed-forward's gate and up of the decode layer. Where both take the run path with one
     code and shape, one region multiplies both and applies the activation on each thread's rows
     (run_matvec.run_gated_matvecs_into); else shared_input_linear_into, then the activation. The same bits either
-    way. mixed_paths: None where both take the run path (the others' glue then does not compile: numba drops a
-    branch on `is None` of an argument typed None), else True."""
+    way. mixed_paths: layer_linear_into's."""
     gate_path, gate_code, gate_handles = kernels[first]
     up_path, up_code = kernels[first + 1][0], kernels[first + 1][1]
     gate, up = mats[first], mats[first + 1]
@@ -259,12 +257,10 @@ def gated_linear_into(kernels, mats, first, x, gate_out, up_out, activation, mix
             and gate.shape[0] == up.shape[0] and gate.shape[1] == up.shape[1]):
         run_gated_matvecs_into(gate_handles, gate_code, gate, up, x, gate_out, up_out, activation)
         return
-    if mixed_paths is None:
-        run_shared_input_into(kernels, mats, first, x, (gate_out, up_out))
-    else:
-        shared_input_linear_into(kernels, mats, first, x, (gate_out, up_out))
+    shared_input_linear_into(kernels, mats, first, x, (gate_out, up_out), mixed_paths)
     flat_gate = gate_out.reshape(gate_out.size)  # in place: apply_range stays vectorised
-    apply_range(activation, flat_gate, up_out.reshape(up_out.size), np.float32(0.0), flat_gate, np.int64(0), gate_out.size)
+    apply_range(activation, flat_gate, up_out.reshape(up_out.size), np.float32(0.0), flat_gate, np.int64(0),
+                gate_out.size)
 
 
 @njit(cache=True)
