@@ -23,3 +23,8 @@ def make_tokenizer(model_file: GGUFFile | HFCheckpoint):
     from .tokenizer import Tokenizer
 
     return Tokenizer.from_gguf_metadata(model_file.metadata)
+
+
+def vocab_size_of(model_file: GGUFFile | HFCheckpoint) -> int:
+    """The model's vocabulary size: its token embedding's rows."""
+    return model_file.tensor_infos["token_embd.weight"].shape[0]

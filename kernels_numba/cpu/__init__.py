@@ -25,7 +25,7 @@ _kv_row.register_row_codecs()  # before any kernel that calls the KV row codecs 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402
 from kernels_numba.cpu.decode_layer import decode_layer, plan_decode_layer  # noqa: E402
-from kernels_numba.cpu.decode_stack import compile_decode_tail, decode_layers  # noqa: E402
+from kernels_numba.cpu.decode_stack import compile_decode_step, decode_layers  # noqa: E402
 from kernels_numba.cpu.dequant import dequantize, dequantize_rows, embedding  # noqa: E402
 from kernels_numba.cpu.kv_store import store_kv  # noqa: E402
 from kernels_numba.cpu.matvec.dispatch import linear  # noqa: E402

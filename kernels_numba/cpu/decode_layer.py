@@ -34,9 +34,11 @@ from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.matvec import quant_type as qt
 from kernels_numba.cpu.activation import GELU_TANH, SILU
 from kernels_numba.cpu.attention import attend_tasks_kernel, attend_tokens
+from kernels_numba.cpu.ir.native_call import NO_KERNEL, handles_array
 from kernels_numba.cpu.kv_store import store_kv_into
-from kernels_numba.cpu.matvec.dispatch import (RUN, cpu_operands, gated_linear_into, layer_linear_into,
-                                                linear_kernel, max_fused_tokens, shared_input_linear_into)
+from kernels_numba.cpu.matvec.dispatch import (RUN, cpu_operands, gated_linear_into, kernel_code, layer_linear_into,
+                                                linear_kernel, linear_path, max_fused_tokens,
+                                                shared_input_linear_into)
 from kernels_numba.cpu.norm import rms_norm_rows_into
 from kernels_numba.cpu.parallel_policy import PARALLEL_MIN_WORK, pool_threads
 from kernels_numba.cpu.rotary import rope_inv_freq, rope_tables, rotate_tokens_into
@@ -192,9 +194,8 @@ class DecodeLayerPlan:
         return kernels
 
     def mixed_paths(self, num_tokens: int) -> bool | None:
-        """decode_layer_into's mixed_paths for num_tokens tokens: None where all seven matrices take the run path
-        (the common case on the 8-bit dot tiers), else True."""
-        return None if all(kernel[0] == RUN for kernel in self.kernels(num_tokens)) else True
+        """decode_layer_into's mixed_paths for num_tokens tokens (mixed_paths_of)."""
+        return mixed_paths_of(self.codes, num_tokens)
 
     def tasks_kernel(self, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray) -> np.ndarray:
         """attention.attend_tasks_kernel's handle for the decode layer's attention over these caches (its other
@@ -211,6 +212,37 @@ class DecodeLayerPlan:
         return self.last_tasks_kernel[1]
 
 
+def mixed_paths_of(codes: tuple[int, ...], num_tokens: int) -> bool | None:
+    """decode_layer_into's mixed_paths for matrices of these type codes (cpu_operands'): None where all seven take
+    the run path at num_tokens tokens (the common case on the 8-bit dot tiers), else True."""
+    return None if all(linear_path(code, num_tokens) == RUN for code in codes) else True
+
+
+def fused_codes(mats: tuple[WeightTensor, ...]) -> tuple[int, ...] | None:
+    """The type codes plan_decode_layer's plan for these weights would hold, read from their types alone (nothing
+    is repacked), or None where it makes no plan: a weight without a fused dot (FP8, or F32 which linear sends to
+    BLAS)."""
+    if any(w.fp8 is not None or qt.TYPE_CODES.get(w.ggml_type, qt.F32) == qt.F32 for w in mats):
+        return None
+    return tuple(kernel_code(w) for w in mats)
+
+
+def type_plan(codes: tuple[int, ...]) -> DecodeLayerPlan:
+    """A DecodeLayerPlan of tiny arrays holding every value as a real plan types it, for compiling
+    decode_layer_into from types (decode_stack.compile_decode_step): its kernels carry no leaf handles (their
+    type alone counts), so no leaf compiles for it. Never run."""
+    weights = np.zeros((1, 1), dtype=np.uint8)
+    weights.flags.writeable = False  # as cpu_operands gives them
+    norm = _vector(np.zeros(1, dtype=np.float32))
+    plan = DecodeLayerPlan((weights,) * len(codes), codes, (norm,) * 6, (norm,) * 3, rope_inv_freq(2, 10000.0),
+                           False, 1, 1, 2, 1e-6, SILU, np.float32(1.0), 0, np.float32(0.0),
+                           min(max_fused_tokens(code) for code in codes))
+    no_leaves = handles_array([NO_KERNEL] * 4)
+    for num_tokens in range(1, plan.max_tokens + 1):
+        plan.kernels_by_tokens[num_tokens] = tuple((linear_path(code, num_tokens), code, no_leaves) for code in codes)
+    return plan
+
+
 _NONE = np.zeros(0, dtype=np.float32)
 
 
@@ -225,7 +257,7 @@ def plan_decode_layer(mats: tuple[WeightTensor, ...], norms: tuple[np.ndarray | 
                       rope_freq_factors: np.ndarray | None = None, scale: float, sliding_window: int = 0,
                       softcap: float = 0.0) -> DecodeLayerPlan | None:
     """mats: (q, k, v, o, gate, up, down); norms: (attn, q, k, post_attn, ffn, post_ffw); biases: (q, k, v)."""
-    if any(w.fp8 is not None or qt.TYPE_CODES.get(w.ggml_type, qt.F32) == qt.F32 for w in mats):
+    if fused_codes(mats) is None:
         return None
     codes, datas = zip(*(cpu_operands(w) for w in mats))
     return DecodeLayerPlan(

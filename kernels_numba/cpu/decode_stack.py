@@ -21,9 +21,12 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from kernels_numba.cpu.decode_layer import DecodeLayerPlan, decode_layer_into, decode_layer_tail_into
+from gguf_loader.weight_tensor import WeightTensor
+from kernels_numba.cpu.decode_layer import (DecodeLayerPlan, decode_layer_into, decode_layer_tail_into, fused_codes,
+                                            mixed_paths_of, type_plan)
 from kernels_numba.cpu.ir.native_call import NO_KERNEL, call_native, native_kernel
-from kernels_numba.kv_type import kv_type_of
+from kernels_numba.cpu.matvec.dispatch import leaf_handles, linear_path
+from kernels_numba.kv_type import VALUES_PER_BLOCK, kv_type_of, kv_type_of_code, make_kv_layer
 
 
 @dataclass(frozen=True)
@@ -121,21 +124,48 @@ def _layer_kernel_types(arguments: tuple, block_tables: np.ndarray) -> tuple | N
             *layer_type.types[14:])
 
 
-def compile_decode_tail(x: np.ndarray, plans: list, k_caches, v_caches, block_tables: np.ndarray,
-                        positions: np.ndarray, slots: np.ndarray) -> None:
-    """Compiles (or loads) what a decode step's decode_layers compiles last, last first, without compiling
-    decode_layer_into: the stack's typed List and loop, then decode_layer_into's later calls
-    (decode_layer.decode_layer_tail_into). A first run's tail child (pocketcli/commands/first_run.py) runs this
-    beside the side child, which compiles decode_layer_into from its start and then finds these in numba's cache.
-    Nothing runs on the step's arrays: they only give the types."""
-    arguments, layer_types = _stack_arguments(plans, x.shape[0], k_caches, v_caches, block_tables)
-    if layer_types is None:
-        return
-    layers = _typed_list(arguments)
-    handle_type = numba.typeof(NO_KERNEL)
+def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int, num_tokens: int = 1,
+                        is_tail: bool = False) -> bool:
+    """Compiles (or loads from numba's cache) what decode_layers compiles for a decode step of num_tokens tokens of
+    a model whose layers have these (q, k, v, o, gate, up, down) weights over a KV cache of type kv_code, from
+    their types alone, before any weight is repacked or read: the attention's tasks kernel, the mat-vecs' leaves,
+    decode_layer_into, then the stack's typed List and loop. decode_layer_into's argument types hold no shape and
+    no weight type, only the KV cache's array type and mixed_paths (read from the weights' types here).
+
+    A first run's side child (pocketcli/commands/first_run.py) does this while the chain of children compiles the
+    load's kernels and the prefill's, in the reverse of the chain's order, so that each finds in numba's cache
+    what the other compiled; its tail child (is_tail) compiles the stack's List and loop and decode_layer_into's
+    later calls (decode_layer.decode_layer_tail_into), which the side child then finds cached. False, with nothing
+    compiled, where plan_decode_layer would make no plan."""
+    layer_codes = [fused_codes(mats) for mats in layer_mats]
+    if not layer_codes or any(codes is None for codes in layer_codes):
+        return False
+    mixed_paths = None if all(mixed_paths_of(codes, num_tokens) is None for codes in layer_codes) else True
+    plan = type_plan(layer_codes[0])
+    k_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))
+    v_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))
+    block_tables = np.zeros((num_tokens, 1), dtype=np.int32)  # as model_runner and split_decodes give them
+    arguments = _layer_arguments(plan, num_tokens, k_cache, v_cache, block_tables, mixed_paths)  # the tasks kernel
+    layer_types = _layer_kernel_types((arguments,), block_tables)
+    if is_tail:
+        _compile_stack_loop(arguments, num_tokens, block_tables)
+        decode_layer_tail_into.compile(layer_types)
+        return True
+    # the layers' leaves, in the reverse of the order a prefill meets them: the chain compiles them from the other end
+    for code in reversed(dict.fromkeys(code for codes in layer_codes for code in codes)):
+        leaf_handles(linear_path(code, num_tokens), code)
+    decode_layer_into.compile(layer_types)
+    _compile_stack_loop(arguments, num_tokens, block_tables)
+    return True
+
+
+def _compile_stack_loop(arguments: tuple, num_tokens: int, block_tables: np.ndarray) -> None:
+    """The stack's typed List (_list_of, _append) and loop for layers of these arguments."""
+    layers = _typed_list((arguments, arguments))
+    x = np.zeros((num_tokens, 1), dtype=np.float32)
+    positions = slots = np.zeros(num_tokens, dtype=np.int64)
     decode_layers_into.compile(tuple(numba.typeof(value) for value in (x, layers, block_tables, positions, slots))
-                               + (handle_type,))
-    decode_layer_tail_into.compile(layer_types)
+                               + (numba.typeof(NO_KERNEL),))
 
 
 @njit(cache=True, nogil=True)

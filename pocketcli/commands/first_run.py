@@ -20,10 +20,9 @@ children then send their progress to this process as lines on their stdout, for 
 (an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work.
 
 Where a second core is free, a side child compiles the decode step's kernels at the same time (a command's
-`side_rehearsal`: generate's prompt cut to one token, which the fused decode layer takes, and one more token):
-they no longer wait for the chain, which compiles one kernel after another on one core, nor for the first token.
-The side child is quiet (its compiles are not on the progress line) and not cut: it holds the weights and its
-~150 compiles at once (Gemma 3 270M, AVX2 tier: 626 MB, the chain's children up to 577 MB; 1010 MB all told). If
+`side_rehearsal`: generate's, below): they no longer wait for the chain, which compiles one kernel after another
+on one core, nor for the first token. The side child is quiet (its compiles are not on the progress line) and not
+cut (where it rehearses a decode, it holds the weights and its ~150 compiles at once: 626 MB for Gemma 3 270M). If
 it fails, the command compiles what it left (an error of the command's own shows there, in one line). The
 command's first decode step waits for it (hold_decode_for_side_child, at most SIDE_CHILD_GRACE_S, then it is
 stopped; what it saved stays cached); its first token does not. Children lock each cache save
@@ -33,12 +32,13 @@ AVX2 tier, 2-core Intel Xeon (bench/cold_start.py): first token 33.5 -> 27.4 s, 
 On a slower CPU the side child is the critical path: on a 2-vCPU AMD EPYC Zen 3 (AVX2 native) the chain takes ~30
 s and the side child ~50 s (it loads the model too, and decode_layer_into's compile alone is ~45 s from an empty
 cache), so the first decode step waited ~20 s. When the chain completes with the side child still at work, a tail
-child (a command's `tail_rehearsal`: generate's compiles the kernels decode_layer_into reaches last, last first,
-decode_stack.compile_decode_tail) takes the core the chain leaves, and the side child finds those cached: the
-whole run 58.0 / 55.9 / 62.8 -> 54.5 / 54.5 / 53.8 s, for a tree peak of ~1.2 GB instead of ~1.0 (the tail child
-holds the weights too). hold_decode_for_side_child waits for both. With the run path's glue alone in the decode
-layer and `linear` (kernels_numba/cpu/decode_layer.py: mixed_paths), the side child compiles 155 kernels instead of
-192 and the whole run takes 47.1 / 47.7 s (first token 34.0 / 35.8 s) on that Zen 3.
+child (a command's `tail_rehearsal`) takes the core the chain leaves for the kernels the side child would compile
+last, which it then finds cached; hold_decode_for_side_child waits for both. generate's side and tail children
+compile the fused decode step from the weights' types (engine/decode_step_ahead.py) without loading the model:
+the side child starts with the kernels the chain needs last (the attention's, the later layers' leaves) and the
+chain finds them cached, while the load's kernels, which both children compiled at the same moment, are the
+chain's alone; the tail child compiles at once. Gemma 3 270M on that Zen 3: the largest process's peak 563 ->
+414 MB, the tree's 1110-1115 -> ~960 MB.
 """
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ MAX_CHILDREN = 8
 CUT_EXIT = 75  # a child that stopped itself after COMPILES_PER_CHILD: the next one goes on
 SIDE_CHILD_GRACE_S = 60.0  # how long the first decode step waits for the side child before stopping it
 SIDE_CHILD_MAX_COMPILES = 10**9  # no cut
+# a side (or tail) child yields a shared core to the chain and the command: the tail child starts as the command
+# loads the model and runs the prompt, three processes on two cores
+SIDE_CHILD_NICENESS = 10
 MIN_SIDE_CHILD_CORES = 2  # cores this process may run on for a side child to start beside the chain
 EXIT_INTERRUPTED = 130
 DISABLE_ENV = "POCKET_FIRST_RUN_CHILDREN"  # "0": compile in this process, as a warm-cache run would
@@ -362,6 +365,8 @@ def child_main() -> None:
     lock_cache_saves()  # a side child may save compiles of the same functions at the same time
     try:
         rehearsal, progress, compiles_per_child, to_parent = pickle.load(sys.stdin.buffer)
+        if to_parent == SIDE and hasattr(os, "nice"):
+            os.nice(SIDE_CHILD_NICENESS)  # the first token's processes first, where they share a core
         # one burst for the whole child: a pause (the weights' regrouping) does not end the count
         with progress_reporter(to_parent, progress) as watch, stop_after_compiles(watch, compiles_per_child):
             rehearsal()

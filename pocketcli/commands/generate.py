@@ -138,33 +138,33 @@ def rehearse(args: argparse.Namespace, prompt: str | None) -> None:
 
 def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
     """A first run's side rehearsal (first_run.py): the decode step's kernels, beside the children that rehearse
-    up to the first token; sampled as this run samples."""
-    engine = _decode_rehearsal_engine(args, prompt)
-    while engine.has_unfinished():
-        engine.step()
+    up to the first token. Where the model has the fused decode layer, they compile from the weights' types
+    (engine/decode_step_ahead.py), and the rest of a decode step is the first token's (embedding, head, sampling),
+    which the chain compiles; otherwise (and with --spec, whose steps verify drafts) a decode is rehearsed:
+    the prompt cut to its first token, then one more token, sampled as this run samples."""
+    from ..engine.decode_step_ahead import compile_decode_step_ahead
+    from ..registry import resolve_model
+    from .common import engine_config
 
-
-def _decode_rehearsal_engine(args: argparse.Namespace, prompt: str | None):
-    """An engine holding the decode rehearsals' request: the prompt cut to its first token, a decode of the fused
-    layer (one query, no context before it), then one more token."""
+    config = engine_config(args, resolve_model(args.model))
+    if compile_decode_step_ahead(config) and not config.spec:
+        return
     engine = make_engine(args)
     params = make_sampling_params(args, engine.model_file.metadata)
     engine.add_request(encode_prompt(engine, args, prompt)[:1] or [0],
                        dataclasses.replace(params, max_tokens=2, ignore_eos=True))
-    return engine
+    while engine.has_unfinished():
+        engine.step()
 
 
 def rehearse_decode_tail(args: argparse.Namespace, prompt: str | None) -> None:
-    """A first run's tail rehearsal (first_run.py): the side rehearsal's first step up to its decode layers, which
-    then compile the kernels the side child would compile last (models/decode_tail_ops.py), and no further."""
-    from ..models.decode_tail_ops import DecodeTailCompiled, DecodeTailOps
+    """A first run's tail rehearsal (first_run.py): the decode step's kernels the side child would compile last
+    (engine/decode_step_ahead.py), from the weights' types."""
+    from ..engine.decode_step_ahead import compile_decode_step_ahead
+    from ..registry import resolve_model
+    from .common import engine_config
 
-    engine = _decode_rehearsal_engine(args, prompt)
-    engine.model.ops = DecodeTailOps(engine.model.ops)
-    try:
-        engine.step()
-    except DecodeTailCompiled:
-        pass
+    compile_decode_step_ahead(engine_config(args, resolve_model(args.model)), is_tail=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from kernels_numba.kv_type import kv_type_named
 from ..config import EngineConfig
 from ..models import make_model, model_class_for
 from ..sampling_params import SamplingParams
-from ..model_source import make_tokenizer, open_model_file
+from ..model_source import make_tokenizer, open_model_file, vocab_size_of
 from .block_manager import BlockManager
 from .device_sampler import DeviceSampler
 from .graphed_decode import GraphedDecode
@@ -53,7 +53,7 @@ class LLMEngine:
         metadata = self.model_file.metadata
         model_class_for(self.model_file.architecture)  # fail early, before the tokenizer, on unknown archs
         self.tokenizer = make_tokenizer(self.model_file)
-        self.hparams: ModelHParams = read_hparams(metadata, self._vocab_size())
+        self.hparams: ModelHParams = read_hparams(metadata, vocab_size_of(self.model_file))
         ops = get_ops(config.backend)
         check_tensor_types(self.model_file, ops.SUPPORTED_TYPES)
         self.rank_group = self._start_rank_group(ops, rank_group_factory)  # None unless --tp > 1
@@ -115,9 +115,6 @@ class LLMEngine:
             raise ValueError("--spec draft needs LLMEngine(..., draft_engine_factory="
                              "pocketcli.engine_factory.make_engine)")
         return draft_engine_factory(self.config.draft_config(self.max_model_len))
-
-    def _vocab_size(self) -> int:
-        return self.model_file.tensor_infos["token_embd.weight"].shape[0]
 
     def _context_length(self) -> int:
         trained = self.hparams.context_length

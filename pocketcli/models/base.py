@@ -194,12 +194,29 @@ class DecoderModel:
 
     _SHARED_LAYER_METHODS = ("_layer_forward", "_attention", "_feed_forward", "_project_heads", "_linear_groups")
 
+    def _keeps_shared_layer(self) -> bool:
+        """Whether this architecture runs DecoderModel's own layer (MoE and hybrid models have their own)."""
+        return all(getattr(type(self), name) is getattr(DecoderModel, name) for name in self._SHARED_LAYER_METHODS)
+
+    @staticmethod
+    def _decode_mats(w: LayerWeights) -> tuple[WeightTensor, ...]:
+        """The fused decode layer's matrices, in its order."""
+        return w.wq, w.wk, w.wv, w.wo, w.w_gate, w.w_up, w.w_down
+
+    def compile_decode_step(self, kv_code: int, is_tail: bool = False) -> bool:
+        """Compiles (or loads) the kernels of the fused decode step from the weights' types alone, before any
+        weight is repacked or read (kernels_numba.cpu.decode_stack.compile_decode_step; is_tail: the part a first
+        run's tail child takes). False where this model or backend has no fused decode layer."""
+        if not hasattr(self.ops, "compile_decode_step") or not self._keeps_shared_layer():
+            return False
+        return self.ops.compile_decode_step([self._decode_mats(w) for w in self.layers], kv_code, is_tail=is_tail)
+
     def _make_decode_plans(self) -> list | None:
-        if any(getattr(type(self), name) is not getattr(DecoderModel, name) for name in self._SHARED_LAYER_METHODS):
+        if not self._keeps_shared_layer():
             return None  # MoE, hybrids: their own layer
         hp = self.hparams
         plans = [self.ops.plan_decode_layer(
-            (w.wq, w.wk, w.wv, w.wo, w.w_gate, w.w_up, w.w_down),
+            self._decode_mats(w),
             (w.attn_norm, w.q_norm, w.k_norm, w.post_attn_norm, w.ffn_norm, w.post_ffw_norm), (w.bq, w.bk, w.bv),
             num_heads=hp.num_heads, num_kv_heads=hp.num_kv_heads, head_dim=hp.head_dim, eps=hp.rms_norm_eps,
             activation=self.activation, rope_theta=hp.layer_rope_theta(i), is_neox=hp.is_neox_rope,

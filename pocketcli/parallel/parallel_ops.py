@@ -16,7 +16,7 @@ from .shard_plan import ShardPlan
 
 
 # backend ops that run a whole decoder layer in one compiled call (the model falls back to op-by-op without them)
-FUSED_LAYER_OPS = frozenset({"plan_decode_layer", "decode_layer", "decode_layers", "compile_decode_tail"})
+FUSED_LAYER_OPS = frozenset({"plan_decode_layer", "decode_layer", "decode_layers", "compile_decode_step"})
 
 
 class TensorParallelOps:

@@ -16,9 +16,10 @@ CUDA_ONLY: set[str] = set()
 # The fused decode layer is a CPU speed path, not an op with a meaning of its own: the model asks for it with
 # hasattr (models/base.py _decode_plans) and runs the same layer op by op without it; tensor parallelism hides it
 # (parallel/parallel_ops.py FUSED_LAYER_OPS), as no collective fits inside one compiled layer. decode_layers runs
-# every fused layer of a step in one call (kernels_numba/cpu/decode_stack.py), the same way; compile_decode_tail
-# compiles what decode_layers compiles last, for a first run's tail child (pocketcli/commands/first_run.py).
-CPU_ONLY = {"decode_layer", "decode_layers", "compile_decode_tail", "plan_decode_layer"}
+# every fused layer of a step in one call (kernels_numba/cpu/decode_stack.py), the same way; compile_decode_step
+# compiles what decode_layers compiles, from the weights' types, for a first run's side and tail children
+# (pocketcli/commands/first_run.py).
+CPU_ONLY = {"decode_layer", "decode_layers", "compile_decode_step", "plan_decode_layer"}
 REFERENCE_ONLY: set[str] = set()
 
 

@@ -1,4 +1,5 @@
 """The one-call decode layer (kernels_numba.cpu.decode_layer) against the op-by-op layer it replaces."""
+import numba
 import numpy as np
 import pytest
 
@@ -227,37 +228,68 @@ def test_a_decode_stack_serves_only_its_token_count_and_caches():
     assert not stack.serves(1, caches, caches, _array_kind(np.zeros((1, 2), dtype=np.int64)))
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_the_decode_tail_compiles_what_the_decode_step_then_uses(tmp_path, arch):
-    """A first run's tail child (models/decode_tail_ops.py) compiles the kernels decode_layer_into reaches last and
-    the stack's List and loop for the step's argument types, without decode_layer_into: the decode step itself then
-    adds no signature to any of them (it finds them compiled, in a child: cached), and compiles decode_layer_into."""
+def _record_calls(monkeypatch, owner, name: str, calls: list) -> None:
+    """owner.name(*args) goes on as before and appends its args to calls."""
+    function = getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recorded)
+
+
+@pytest.mark.parametrize("arch,quant,kv_type", [("gemma3", "Q4_0", "f16"), ("qwen2", "Q8_0", "bf16"),
+                                                ("llama", "Q5_0", "f32"), ("qwen3", "F16", "f16")])
+def test_the_decode_step_compiled_from_types_is_the_step_that_runs(tmp_path, arch, quant, kv_type, monkeypatch):
+    """A first run's side and tail children compile the fused decode step from the weights' types, reading no
+    weight (engine/decode_step_ahead.py): decode_layer_into, decode_layer_tail_into and the stack's loop get the
+    very signatures a decode step then calls, whatever the KV type and whether every matrix takes the run path
+    (F16 weights: the general glue), and the leaves of every type the step's layers multiply compile."""
     import importlib
 
-    from kernels_numba.cpu.matvec.dispatch import gated_linear_into
+    from pocketcli.engine.decode_step_ahead import compile_decode_step_ahead
 
     decode_layer = importlib.import_module("kernels_numba.cpu.decode_layer")  # the package exports a function so named
     decode_stack = importlib.import_module("kernels_numba.cpu.decode_stack")
-    from pocketcli.models.decode_tail_ops import DecodeTailCompiled, DecodeTailOps
+    kernels = {"layer": decode_layer.decode_layer_into, "tail": decode_layer.decode_layer_tail_into,
+               "loop": decode_stack.decode_layers_into}
+    compiled = {name: [] for name in kernels}
+    for name, kernel in kernels.items():
+        _record_calls(monkeypatch, kernel, "compile", compiled[name])
+    leaves: list = []
+    _record_calls(monkeypatch, decode_stack, "leaf_handles", leaves)
+    path = write_tiny_model(tmp_path / f"{arch}_{quant}.gguf", arch, 3, quant)
+    config = EngineConfig(str(path), ctx_size=64, block_size=4, kv_type=kv_type)
+    assert compile_decode_step_ahead(config)
+    assert compile_decode_step_ahead(config, is_tail=True)
+    assert [len(calls) for calls in compiled.values()] == [1, 1, 2]  # the loop: by the side and the tail child
 
-    tail = {"gated_linear_into": gated_linear_into, "_attend": decode_layer._attend,
-            "_project_heads": decode_layer._project_heads, "decode_layers_into": decode_stack.decode_layers_into,
-            "_list_of": decode_stack._list_of, "_append": decode_stack._append}
-    engine = tiny_engine(tmp_path, arch, "Q4_0")
-    engine.model.ops = DecodeTailOps(engine.model.ops)
+    engine = LLMEngine(config)  # the step as the command then runs it
     engine.add_request(PROMPT[:1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
-    layer_signatures = set(decode_layer.decode_layer_into.overloads)
-    with pytest.raises(DecodeTailCompiled):
+    while engine.has_unfinished():
         engine.step()
-    assert set(decode_layer.decode_layer_into.overloads) == layer_signatures  # the tail does not compile it
-    compiled = {name: set(kernel.overloads) for name, kernel in tail.items()}
-    assert all(compiled.values())
-    fresh = tiny_engine(tmp_path, arch, "Q4_0")  # the step as the side child runs it
-    fresh.add_request(PROMPT[:1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
-    while fresh.has_unfinished():
-        fresh.step()
-    assert set(fresh.model._decode_layer_plans[0].stacks) == {1}  # the one-call path ran
-    assert {name: set(kernel.overloads) for name, kernel in tail.items()} == compiled
+    plans = engine.model._decode_layer_plans
+    stack = plans[0].stacks[1]  # the one-call path ran, for one token
+    block_tables = np.zeros((1, 2), dtype=np.int32)
+    _, layer_types = decode_stack._stack_arguments(plans, 1, engine.kv_cache.keys, engine.kv_cache.values,
+                                                   block_tables)
+    assert compiled["layer"][0] == (layer_types,) and compiled["tail"][0] == (layer_types,)
+    x, positions = np.zeros((1, 8), dtype=np.float32), np.zeros(1, dtype=np.int64)
+    loop_types = tuple(numba.typeof(value) for value in (x, stack.layers, block_tables, positions, positions))
+    assert compiled["loop"][0][0][:5] == loop_types
+    assert {call for call in leaves} == {(dispatch.linear_path(code, 1), code) for plan in plans
+                                         for code in plan.codes}
+    assert (decode_layer.mixed_paths_of(plans[0].codes, 1) is None) == (quant != "F16")
+
+
+def test_no_decode_step_from_types_without_the_fused_layer(tmp_path):
+    """F32 weights (BLAS) make no fused layer: nothing compiles ahead, and the side child rehearses a decode."""
+    from pocketcli.engine.decode_step_ahead import compile_decode_step_ahead
+
+    path = write_tiny_model(tmp_path / "llama_F32.gguf", "llama", 3, "F32")
+    assert not compile_decode_step_ahead(EngineConfig(str(path), ctx_size=64, block_size=4))
+    assert not compile_decode_step_ahead(EngineConfig(str(path), ctx_size=64, block_size=4, backend="reference"))
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "qwen2"])

@@ -166,10 +166,14 @@ def linear_kernel(code: int, num_tokens: int) -> tuple[int, int, np.ndarray]:
     """The LinearKernel (path, code, leaf handles) serving num_tokens tokens of type `code` in njit glue
     (linear_into, the fused decode layer): there is no BLAS there, so the fused dot takes tiled's and f32_blas's
     calls (it serves any token count)."""
-    path = choose_path(code, num_tokens)
-    if path == TILED or path == F32_BLAS:
-        path = FUSED
+    path = linear_path(code, num_tokens)
     return path, code, leaf_handles(path, code)
+
+
+def linear_path(code: int, num_tokens: int) -> int:
+    """The path of linear_kernel(code, num_tokens), without its leaves' handles (nothing compiles)."""
+    path = choose_path(code, num_tokens)
+    return FUSED if path == TILED or path == F32_BLAS else path
 
 
 @njit(cache=True, nogil=True)
