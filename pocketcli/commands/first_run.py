@@ -106,8 +106,10 @@ def run_children(rehearsal: Callable[[], None], stamp: Path, compiles_per_child:
         stop(side)
         return code
     from ..cache_save_lock import lock_cache_saves
+    from ..compile_lock import share_compiles
 
     lock_cache_saves()  # what this process compiles is saved while the side child may save too
+    share_compiles()
     tail = start_side_child(tail_rehearsal) if side.poll() is None else None
     _side_children = [child for child in (side, tail) if child is not None]
     atexit.register(end_side_child, 0.0)  # a command that ends before its decode leaves no child behind
@@ -361,8 +363,10 @@ def child_main() -> None:
     from ..errors import USER_ERRORS
 
     from ..cache_save_lock import lock_cache_saves
+    from ..compile_lock import share_compiles
 
     lock_cache_saves()  # a side child may save compiles of the same functions at the same time
+    share_compiles()  # and compile one of them while the chain does: one waits for the other's
     try:
         rehearsal, progress, compiles_per_child, to_parent = pickle.load(sys.stdin.buffer)
         if to_parent == SIDE and hasattr(os, "nice"):
