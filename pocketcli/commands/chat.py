@@ -65,6 +65,16 @@ def rehearse(model: str, engine_options: dict) -> None:
             CHAT_WARM_UP_TOKENS)
 
 
+def rehearse_decode_step(model: str, engine_options: dict) -> None:
+    """A first run's side child for the chat (first_run.ChildChain): the fused decode step's kernels from the
+    weights' types (engine/decode_step_ahead.py), beside the chain that rehearses the session's load."""
+    from ..config import EngineConfig
+    from ..engine.decode_step_ahead import compile_decode_step_ahead
+    from ..registry import resolve_model
+
+    compile_decode_step_ahead(EngineConfig(model_path=resolve_model(model, for_chat=True), **engine_options))
+
+
 class AppFirstRun:
     """A cold cache's first run for the chat app: the load's kernels compile in child processes (first_run.py)
     while the app's screen is up, their progress in its status bar. The session calls it on its engine thread
@@ -83,7 +93,8 @@ class AppFirstRun:
         if stamp is None or self.is_cancelled:
             return
         self.chain = ChildChain(on_progress)
-        self.chain.run(functools.partial(rehearse, model, self.engine_options), stamp)
+        self.chain.run(functools.partial(rehearse, model, self.engine_options), stamp,
+                       side_rehearsal=functools.partial(rehearse_decode_step, model, self.engine_options))
 
     def cancel(self) -> None:
         self.is_cancelled = True
@@ -93,7 +104,7 @@ class AppFirstRun:
 
 def run(args: argparse.Namespace) -> int:
     from ..registry import resolve_model
-    from .first_run import compile_first_run_kernels
+    from .first_run import compile_first_run_kernels, end_side_child
 
     set_cpu_threads(args.threads)
     args.model = args.model or default_model(for_chat=True)  # an instruct model: the base default cannot chat
@@ -102,9 +113,11 @@ def run(args: argparse.Namespace) -> int:
         session.first_run = AppFirstRun(args, session.engine_options)
         return launch_chat_app(session)
     rehearsal = functools.partial(rehearse, args.model, session.engine_options)
-    code = compile_first_run_kernels(args, resolve_model(args.model, for_chat=True), rehearsal)
+    side_rehearsal = functools.partial(rehearse_decode_step, args.model, session.engine_options)
+    code = compile_first_run_kernels(args, resolve_model(args.model, for_chat=True), rehearsal, side_rehearsal)
     if code:  # a cold cache: compiled in child processes before the chat loads (its progress line on stderr)
         return code
+    end_side_child()  # the chain's decode waited for the side child's compiles: it is done or saving
     if not sys.stdin.isatty():
         text = sys.stdin.read().strip()
         if not text:

@@ -17,7 +17,8 @@ that keeps nothing the children compile ends the chain after MAX_CHILDREN, and t
 
 The chat app runs the children from its engine thread while its screen is up (ChildChain with on_progress): the
 children then send their progress to this process as lines on their stdout, for its status bar, and their stderr
-(an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work.
+(an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work. The chat's side
+child (below) compiles its decode step from the weights' types there too, and in `chat --plain`.
 
 Where a second core is free, a side child compiles the decode step's kernels at the same time (a command's
 `side_rehearsal`: generate's, below): they no longer wait for the chain, which compiles one kernel after another
@@ -262,16 +263,39 @@ class FirstRunFailed(Exception):
 class ChildChain:
     """A first run's children for a caller that shows their progress itself (the chat app's status bar): each
     child's progress comes to on_progress (a CompileProgress, on the calling thread) and its stderr is kept, not
-    shown; cancel() (from any thread) kills the child at work and ends run() with FirstRunFailed."""
+    shown; cancel() (from any thread) kills the child at work (and the side child) and ends run() with
+    FirstRunFailed.
+
+    run()'s side_rehearsal (the chat's: the fused decode step compiled from the weights' types) runs in a quiet side
+    child beside the chain where a second core is free: the chain, which rehearses a decode too, then finds those
+    kernels cached or waits for the side child's compile of them (compile_lock.py). `pocket chat --plain`'s first
+    reply, SmolLM2-135M on a 2-vCPU AMD EPYC Zen 3 (AVX2), empty cache: the chain alone compiled 188 kernels on one
+    core while the other idled (the reply at 56.4 s)."""
 
     def __init__(self, on_progress: Callable, compiles_per_child: int = COMPILES_PER_CHILD):
         self.on_progress = on_progress
         self.compiles_per_child = compiles_per_child
         self.lock = threading.Lock()
         self.child: subprocess.Popen | None = None
+        self.side: subprocess.Popen | None = None
         self.is_cancelled = False
 
-    def run(self, rehearsal: Callable[[], None], stamp: Path) -> None:
+    def run(self, rehearsal: Callable[[], None], stamp: Path,
+            side_rehearsal: Callable[[], None] | None = None) -> None:
+        """The chain until one child completes rehearsal (then the stamp is left); the side child, if any, gets
+        SIDE_CHILD_GRACE_S after that to finish (what it saved stays cached), and is stopped at once if the chain
+        fails or is cancelled."""
+        with self.lock:
+            if self.is_cancelled:
+                raise FirstRunFailed("cancelled")
+            self.side = start_side_child(side_rehearsal)
+        is_complete = False
+        try:
+            is_complete = self._run_chain(rehearsal, stamp)
+        finally:
+            self._end_side(SIDE_CHILD_GRACE_S if is_complete else 0.0)
+
+    def _run_chain(self, rehearsal: Callable[[], None], stamp: Path) -> bool:
         progress = (0, 0.0)
         for _ in range(MAX_CHILDREN):
             code, progress = self.run_child(rehearsal, progress)
@@ -279,16 +303,27 @@ class ChildChain:
                 from ..first_run_stamp import write_stamp
 
                 write_stamp(stamp)
-                return
+                return True
             if code != CUT_EXIT:
-                return
-        # the cache keeps nothing: the rest compiles in this process
+                return False
+        return False  # the cache keeps nothing: the rest compiles in this process
+
+    def _end_side(self, grace_s: float) -> None:
+        side, self.side = self.side, None
+        if side is None:
+            return
+        try:
+            side.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        stop(side)
 
     def cancel(self) -> None:
         with self.lock:
             self.is_cancelled = True
-            if self.child is not None and self.child.poll() is None:
-                self.child.kill()
+            for child in (self.child, self.side):
+                if child is not None and child.poll() is None:
+                    child.kill()
 
     def run_child(self, rehearsal: Callable[[], None], progress: tuple[int, float]) -> tuple[int, tuple[int, float]]:
         with self.lock:

@@ -83,16 +83,27 @@ def test_a_chain_for_the_app_raises_the_childs_error_line(stamp):
 
 def test_cancelling_a_chain_kills_its_child(stamp):
     """Closing the chat app while a first run compiles: the child at work is killed, the load fails at once."""
+    from pocketcli.commands.first_run import ChildChain
+
+    chain = ChildChain(lambda progress: None)
+    failures, seconds = cancel_once_at_work(chain, stamp)
+    assert failures == ["cancelled"] and seconds < 5
+    assert chain.child.poll() is not None and not stamp.exists()
+
+
+def cancel_once_at_work(chain, stamp, **run_options) -> tuple[list[str], float]:
+    """Runs chain.run(sleep_long, stamp, **run_options) on a thread and cancels it once its child is at work: the
+    FirstRunFailed messages, and the seconds from the cancel to run()'s end (at most 10)."""
     import threading
     import time
 
-    from pocketcli.commands.first_run import ChildChain, FirstRunFailed
+    from pocketcli.commands.first_run import FirstRunFailed
 
-    chain, failures = ChildChain(lambda progress: None), []
+    failures: list[str] = []
 
     def run() -> None:
         try:
-            chain.run(first_run_rehearsals.sleep_long, stamp)
+            chain.run(first_run_rehearsals.sleep_long, stamp, **run_options)
         except FirstRunFailed as exc:
             failures.append(str(exc))
 
@@ -101,12 +112,11 @@ def test_cancelling_a_chain_kills_its_child(stamp):
     deadline = time.monotonic() + 30
     while chain.child is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    started = time.monotonic()
+    cancelled = time.monotonic()
     chain.cancel()
     runner.join(timeout=10)
-    assert not runner.is_alive() and failures == ["cancelled"]
-    assert time.monotonic() - started < 5
-    assert chain.child.poll() is not None and not stamp.exists()
+    assert not runner.is_alive()
+    return failures, time.monotonic() - cancelled
 
 
 def cached_kernel_names(cache_dir) -> set[str]:
@@ -230,3 +240,36 @@ def test_no_tail_child_once_the_side_child_is_done(stamp, two_cores, monkeypatch
     [side] = first_run._side_children
     first_run.end_side_child()
     assert side.returncode == 0
+
+
+def test_the_apps_chain_runs_a_side_child_and_waits_for_it(stamp, two_cores):
+    """The chat app's chain (ChildChain) runs its side rehearsal beside the children and lets it finish after the
+    chain completes: its kernel is cached when run() returns, with no side child left."""
+    from pocketcli.commands.first_run import ChildChain
+
+    chain = ChildChain(lambda progress: None)
+    chain.run(first_run_rehearsals.compile_three, stamp, side_rehearsal=first_run_rehearsals.compile_side)
+    assert stamp.exists() and chain.side is None
+    assert {"first_run_rehearsals.add_three", "first_run_rehearsals.add_four"} <= cached_kernel_names(
+        stamp.parents[1])
+
+
+def test_the_apps_side_child_is_stopped_when_the_chain_fails_or_is_cancelled(stamp, two_cores, monkeypatch):
+    import subprocess
+
+    from pocketcli.commands import first_run
+    from pocketcli.commands.first_run import ChildChain, FirstRunFailed
+
+    sides: list[subprocess.Popen] = []
+    start_side_child = first_run.start_side_child
+    monkeypatch.setattr(first_run, "start_side_child", lambda rehearsal: sides.append(start_side_child(rehearsal))
+                        or sides[-1])
+    with pytest.raises(FirstRunFailed):
+        ChildChain(lambda progress: None).run(first_run_rehearsals.fail_as_bad_input, stamp,
+                                              side_rehearsal=first_run_rehearsals.sleep_long)
+    assert sides[-1].poll() is not None  # stopped at once, not after its minute
+
+    chain = ChildChain(lambda progress: None)
+    failures, seconds = cancel_once_at_work(chain, stamp, side_rehearsal=first_run_rehearsals.sleep_long)
+    assert failures == ["cancelled"] and seconds < 5
+    assert sides[-1].poll() is not None and not stamp.exists()
