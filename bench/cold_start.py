@@ -6,10 +6,12 @@ pocketcli/commands/first_run.py), how many kernels compiled in the command's pro
 the command's costliest compiles (numba's event API, `numba:compile`: inclusive seconds, nested
 compiles included, and exclusive seconds, nested compiles taken out). `--tier avx2` forces the AVX2 tier
 (kernels_numba.cpu_tier) whatever this CPU has, as users' laptops and desktops do; `--tier native` (default)
-lets the CPU pick; `--warm` keeps the cache of a first run and measures a second one. Each run gets its own empty
-cache directory unless `--cache-dir` names one.
+lets the CPU pick; `--warm` keeps the cache of a first run and measures a second one; `--chat` times a piped
+`pocket chat --plain` (the chat's default model unless -m names one; the first token is the reply's). Each run gets
+its own empty cache directory unless `--cache-dir` names one.
 
-    python bench/cold_start.py [--tier native|avx2|avx512|amx] [--runs 1] [--warm] [-n 8] [--kv-type T] [--json]
+    python bench/cold_start.py [--tier native|avx2|avx512|amx] [--runs 1] [--warm] [--chat] [-n 8] [--kv-type T]
+                               [--json]
 """
 from __future__ import annotations
 
@@ -148,15 +150,22 @@ def run_once(args: argparse.Namespace, cache_dir: Path) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **tier_environment(args.tier),
            # a fresh install has no regrouped weights kept either (run_layout_store.py); --warm reuses them
            "POCKET_RUN_LAYOUT_DIR": str(cache_dir.parent / f"{cache_dir.name}-run-layout")}
-    command = [sys.executable, "-c", _CHILD, str(log), "generate", "-p", args.prompt, "-n", str(args.n_predict),
-               "--temperature", "0"]
+    if args.chat:  # the chat's first reply: a piped `chat --plain`, the prompt on stdin
+        command = [sys.executable, "-c", _CHILD, str(log), "chat", "--plain", "-n", str(args.n_predict),
+                   "--temperature", "0"]
+    else:
+        command = [sys.executable, "-c", _CHILD, str(log), "generate", "-p", args.prompt, "-n", str(args.n_predict),
+                   "--temperature", "0"]
     if args.model:
         command += ["-m", args.model]
     if args.kv_type:
         command += ["--kv-type", args.kv_type]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    child.stdin.write(args.prompt.encode() if args.chat else b"")
+    child.stdin.close()
     with TreeMemory(child.pid) as memory:
         stderr_lines = []
         reader = threading.Thread(target=lambda: stderr_lines.append(child.stderr.read()), daemon=True)
@@ -211,6 +220,8 @@ def main() -> None:
     parser.add_argument("-p", "--prompt", default="The capital of France is")
     parser.add_argument("-n", "--n-predict", type=int, default=8)
     parser.add_argument("--kv-type", default=None, help="pocket generate's --kv-type (default: its default, f16)")
+    parser.add_argument("--chat", action="store_true",
+                        help="time a piped `pocket chat --plain` (the prompt on stdin; its default model) instead")
     parser.add_argument("--runs", type=int, default=1, help="cold runs, each with a new empty cache")
     parser.add_argument("--warm", action="store_true", help="also time a second run on the first run's cache")
     parser.add_argument("--top", type=int, default=15, help="costliest compiles to list")
