@@ -194,8 +194,8 @@ class DecodeLayerPlan:
         return kernels
 
     def mixed_paths(self, num_tokens: int) -> bool | None:
-        """decode_layer_into's mixed_paths for num_tokens tokens (mixed_paths_of)."""
-        return mixed_paths_of(self.codes, num_tokens)
+        """decode_layer_into's mixed_paths for num_tokens tokens: the paths of its kernels, looked up once a count."""
+        return mixed_paths_of(kernel[0] for kernel in self.kernels(num_tokens))
 
     def tasks_kernel(self, k_cache: np.ndarray, v_cache: np.ndarray, block_tables: np.ndarray) -> np.ndarray:
         """attention.attend_tasks_kernel's handle for the decode layer's attention over these caches (its other
@@ -212,10 +212,10 @@ class DecodeLayerPlan:
         return self.last_tasks_kernel[1]
 
 
-def mixed_paths_of(codes: tuple[int, ...], num_tokens: int) -> bool | None:
-    """decode_layer_into's mixed_paths for matrices of these type codes (cpu_operands'): None where all seven take
-    the run path at num_tokens tokens (the common case on the 8-bit dot tiers), else True."""
-    return None if all(linear_path(code, num_tokens) == RUN for code in codes) else True
+def mixed_paths_of(paths) -> bool | None:
+    """decode_layer_into's mixed_paths for matrices taking these paths (dispatch.linear_path): None where all seven
+    take the run path (the common case on the 8-bit dot tiers), else True."""
+    return None if all(path == RUN for path in paths) else True
 
 
 def fused_codes(mats: tuple[WeightTensor, ...]) -> tuple[int, ...] | None:

@@ -140,12 +140,11 @@ def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int
     layer_codes = [fused_codes(mats) for mats in layer_mats]
     if not layer_codes or any(codes is None for codes in layer_codes):
         return False
-    mixed_paths = None if all(mixed_paths_of(codes, num_tokens) is None for codes in layer_codes) else True
+    mixed_paths = mixed_paths_of(linear_path(code, num_tokens) for codes in layer_codes for code in codes)
     plan = type_plan(layer_codes[0])
-    k_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))
-    v_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))
+    kv_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))  # keys' and values' type
     block_tables = np.zeros((num_tokens, 1), dtype=np.int32)  # as model_runner and split_decodes give them
-    arguments = _layer_arguments(plan, num_tokens, k_cache, v_cache, block_tables, mixed_paths)  # the tasks kernel
+    arguments = _layer_arguments(plan, num_tokens, kv_cache, kv_cache, block_tables, mixed_paths)  # the tasks kernel
     layer_types = _layer_kernel_types((arguments,), block_tables)
     if is_tail:
         _compile_stack_loop(arguments, num_tokens, block_tables)

@@ -143,10 +143,8 @@ def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
     which the chain compiles; otherwise (and with --spec, whose steps verify drafts) a decode is rehearsed:
     the prompt cut to its first token, then one more token, sampled as this run samples."""
     from ..engine.decode_step_ahead import compile_decode_step_ahead
-    from ..registry import resolve_model
-    from .common import engine_config
 
-    config = engine_config(args, resolve_model(args.model))
+    config = _rehearsal_config(args)
     if compile_decode_step_ahead(config) and not config.spec:
         return
     engine = make_engine(args)
@@ -161,10 +159,16 @@ def rehearse_decode_tail(args: argparse.Namespace, prompt: str | None) -> None:
     """A first run's tail rehearsal (first_run.py): the decode step's kernels the side child would compile last
     (engine/decode_step_ahead.py), from the weights' types."""
     from ..engine.decode_step_ahead import compile_decode_step_ahead
+
+    compile_decode_step_ahead(_rehearsal_config(args), is_tail=True)
+
+
+def _rehearsal_config(args: argparse.Namespace):
+    """The EngineConfig of this run's flags, as make_engine would build it."""
     from ..registry import resolve_model
     from .common import engine_config
 
-    compile_decode_step_ahead(engine_config(args, resolve_model(args.model)), is_tail=True)
+    return engine_config(args, resolve_model(args.model))
 
 
 def run(args: argparse.Namespace) -> int:

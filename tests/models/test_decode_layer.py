@@ -280,7 +280,7 @@ def test_the_decode_step_compiled_from_types_is_the_step_that_runs(tmp_path, arc
     assert compiled["loop"][0][0][:5] == loop_types
     assert {call for call in leaves} == {(dispatch.linear_path(code, 1), code) for plan in plans
                                          for code in plan.codes}
-    assert (decode_layer.mixed_paths_of(plans[0].codes, 1) is None) == (quant != "F16")
+    assert (plans[0].mixed_paths(1) is None) == (quant != "F16")
 
 
 def test_no_decode_step_from_types_without_the_fused_layer(tmp_path):
