@@ -280,7 +280,8 @@ def test_the_decode_step_compiled_from_types_is_the_step_that_runs(tmp_path, arc
     assert compiled["loop"][0][0][:5] == loop_types
     assert {call for call in leaves} == {(dispatch.linear_path(code, 1), code) for plan in plans
                                          for code in plan.codes}
-    assert (plans[0].mixed_paths(1) is None) == (quant != "F16")
+    # the run path's glue alone where the 8-bit dots run (not on the generic tier: every matrix takes the fused dot)
+    assert (plans[0].mixed_paths(1) is None) == (quant != "F16" and dispatch.USE_RUN_LAYOUT)
 
 
 def test_no_decode_step_from_types_without_the_fused_layer(tmp_path):
