@@ -6,8 +6,17 @@ without a warm-up the 8 streams' first tokens took 6.9 s and the first 2000-toke
 and 3.2 s once compiled. An 80-token warm-up left 9.3 s for that prompt: the per-token ops (embedding rows, norms,
 rope) take their threads only past PARALLEL_MIN_WORK values, so the prompt is made that long (410 tokens for
 Gemma 3's 640 wide rows: 1.7 s of warm-up with the kernels cached).
+
+Beside it run short companion requests with the OpenAI API's default sampling (no top-k, top-p or min-p cut): their
+rows are drawn by the whole-vocabulary kernels (kernels_numba.cpu.softmax_draw), alone and, where the engine can
+decode that many sequences, enough together to take the pool; the warm-up request's own cut sampling (the CLI's
+defaults) takes the other path. Without them a fresh server's first burst of API-default requests compiled those
+kernels on its engine thread while every stream waited: `bench/serve_load.py --concurrency 1 8` on an empty cache,
+SmolLM2-135M-Instruct, 2-vCPU AMD EPYC Zen 3: the 8 streams' first tokens took 1.00 s against 0.16-0.20 s.
 """
 from __future__ import annotations
+
+import numba
 
 from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES, PARALLEL_MIN_WORK
 
@@ -19,6 +28,7 @@ WARM_UP_PROMPT_TOKENS = max(MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES) + 16
 # `pocket chat`'s load: a first turn's size (a chat template, a system prompt and a question: 20-64 tokens take the
 # fused mat-vecs and the blocked attention), so the first reply loads no kernel after Enter
 CHAT_WARM_UP_TOKENS = 32
+COMPANION_PROMPT_TOKENS = 4  # a companion's prompt: its rows are sampled, its prefill costs next to nothing
 
 
 def warm_up_prompt_tokens(hidden_size: int, max_chunk_tokens: int, max_model_len: int) -> int:
@@ -38,13 +48,36 @@ def warm_up(engine, prompt_tokens: int | None = None) -> None:
         return
     text_ids = engine.tokenizer.encode("The quick brown fox jumps over the lazy dog. ", add_special=False) or [0]
     prompt = (text_ids * (num_tokens // len(text_ids) + 1))[:num_tokens]
-    seq = engine.add_request(prompt, SamplingParams(temperature=0.7, max_tokens=2, seed=0, ignore_eos=True))
+    seqs = [engine.add_request(prompt, SamplingParams(temperature=0.7, max_tokens=2, seed=0, ignore_eos=True))]
     try:
+        for i in range(num_companions(engine.config.max_num_seqs, engine.hparams.vocab_size)):
+            # the steps before the last sample the companions together, the last the first one alone (one row)
+            params = whole_vocabulary_params(max_tokens=3 if i == 0 else 2)
+            seqs.append(engine.add_request(prompt[:COMPANION_PROMPT_TOKENS], params))
         while engine.has_unfinished():
             engine.step()
     finally:
-        if engine.has_unfinished():
-            engine.abort(seq)
+        for seq in seqs:
+            if not seq.is_finished:
+                engine.abort(seq)
         engine.block_manager.clear_prefix_cache()
         if engine.speculative is not None:
             engine.speculative.reset_stats()
+
+
+def num_companions(max_num_seqs: int, vocab_size: int) -> int:
+    """Companion requests beside the warm-up request: one (a single API-default row), or as many as the pool takes
+    rows together for (softmax_draw: rows x vocabulary >= PARALLEL_MIN_WORK) where the engine decodes that many
+    sequences and has threads; none for an engine of one sequence (generate and chat, which sample with cuts)."""
+    if max_num_seqs < 2:
+        return 0
+    rows_for_pool = max(2, -(-PARALLEL_MIN_WORK // max(1, vocab_size)))  # several rows: the pool's kernel
+    if numba.get_num_threads() > 1 and rows_for_pool <= max_num_seqs - 1:
+        return rows_for_pool
+    return 1
+
+
+def whole_vocabulary_params(max_tokens: int) -> SamplingParams:
+    """The OpenAI API's default sampling: temperature 1, no top-k, top-p or min-p cut."""
+    return SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, seed=0,
+                          ignore_eos=True)

@@ -53,3 +53,48 @@ def test_chat_warm_up_is_a_first_turns_size():
 
     # a first chat turn (template, system prompt, question) takes the fused mat-vecs and the blocked attention
     assert MIN_BLOCKED_QUERIES <= CHAT_WARM_UP_TOKENS <= MAX_RUN_TOKENS
+
+
+def test_warm_up_draws_api_default_rows_alone_and_together(monkeypatch):
+    """A server's warm-up samples rows the way the OpenAI API's defaults do (the whole vocabulary), one row alone
+    and, with threads, enough rows at once for the pool's kernel: a fresh server's first burst compiles neither."""
+    import numba
+
+    from kernels_numba.cpu import softmax_draw
+    from pocketcli.engine.warm_up import num_companions
+
+    calls = []
+    for name in ("draw_rows_serial", "draw_rows_parallel"):
+        kernel = getattr(softmax_draw, name)
+        monkeypatch.setattr(softmax_draw, name,
+                            lambda logits, row_ids, *rest, kernel=kernel, name=name:
+                            calls.append((name, row_ids.size)) or kernel(logits, row_ids, *rest))
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        engine = LLMEngine(EngineConfig(resolve_model(None), ctx_size=256, max_num_seqs=8, block_size=16))
+        warm_up(engine)
+        has_pool = numba.get_num_threads() > 1
+    finally:
+        numba.set_num_threads(threads)
+    assert ("draw_rows_serial", 1) in calls
+    # Gemma 3's 262144-token vocabulary: two rows are enough for the pool
+    assert num_companions(8, engine.hparams.vocab_size) == (2 if has_pool else 1)
+    if has_pool:
+        assert ("draw_rows_parallel", 2) in calls
+    manager = engine.block_manager
+    assert not engine.has_unfinished() and manager.num_free_blocks == manager.num_blocks
+
+
+def test_companions_follow_the_engine_and_the_vocabulary(monkeypatch):
+    import numba
+
+    from pocketcli.engine.warm_up import num_companions
+
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    assert num_companions(1, 49152) == 0  # generate, chat: one sequence
+    assert num_companions(8, 49152) == 6  # SmolLM2: 6 x 49152 >= 2^18
+    assert num_companions(6, 49152) == 1  # too few sequences for the pool: the single row only
+    assert num_companions(8, 262144) == 2
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 1)
+    assert num_companions(8, 49152) == 1
