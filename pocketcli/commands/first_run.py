@@ -18,7 +18,8 @@ that keeps nothing the children compile ends the chain after MAX_CHILDREN, and t
 The chat app runs the children from its engine thread while its screen is up (ChildChain with on_progress): the
 children then send their progress to this process as lines on their stdout, for its status bar, and their stderr
 (an error's one line) comes back as a FirstRunFailed; closing the app kills the child at work. The chat's side
-child (below) compiles its decode step from the weights' types there too, and in `chat --plain`.
+child (below) compiles its decode step from the weights' types there too, and in `chat --plain`; so does `pocket
+serve`'s (its chain rehearses the load and warm-up on all threads: the server loads after the side child).
 
 Where a second core is free, a side child compiles the decode step's kernels at the same time (a command's
 `side_rehearsal`: generate's, below): they no longer wait for the chain, which compiles one kernel after another
