@@ -47,6 +47,7 @@ _PUBLIC_NAMES = {
     "FreeCoreThreads": ("kernels_numba.cpu.free_cores", "FreeCoreThreads"),
     "MIN_BLOCKED_QUERIES": ("kernels_numba.cpu.attention", "MIN_BLOCKED_QUERIES"),
     "MAX_RUN_TOKENS": ("kernels_numba.cpu.matvec.dispatch", "MAX_RUN_TOKENS"),
+    "register_row_codecs": ("kernels_numba.cpu.kv_row", "register_row_codecs"),
     "PARALLEL_MIN_WORK": ("kernels_numba.cpu.parallel_policy", "PARALLEL_MIN_WORK"),
     "leaf_jobs": ("kernels_numba.cpu.matvec.dispatch", "leaf_jobs"),
     "compile_leaf": ("kernels_numba.cpu.matvec.dispatch", "compile_leaf"),

@@ -1,10 +1,12 @@
 """numba CPU kernels: the same ops, with the same signatures, as kernels_numba.reference."""
+import os
 from pathlib import Path
 
 from numba.core import entrypoints as _numba_entrypoints
 from numba.core.registry import cpu_target
 
 from kernels_numba import numba_cache_load as _numba_cache_load, nrt_cache as _nrt_cache
+from kernels_numba.kv_type import DEFER_ROW_CODECS_ENV
 from kernels_numba.cpu import cache_guard as _cache_guard
 from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
 
@@ -20,7 +22,8 @@ _half_symbols.register_half_conversions(_byte_dot.target_features(cpu_target.tar
 
 from kernels_numba.cpu import kv_row as _kv_row  # noqa: E402
 
-_kv_row.register_row_codecs()  # before any kernel that calls the KV row codecs compiles or loads
+if os.environ.get(DEFER_ROW_CODECS_ENV) != "1":  # a first run's side child registers them itself, later
+    _kv_row.register_row_codecs()  # before any kernel that calls the KV row codecs compiles or loads
 
 from kernels_numba.cpu.activation import gelu_mul, gelu_tanh, silu, silu_mul, softcap  # noqa: E402
 from kernels_numba.cpu.attention import paged_attention  # noqa: E402

@@ -25,6 +25,7 @@ from gguf_loader.weight_tensor import WeightTensor
 from kernels_numba.cpu.decode_layer import (DecodeLayerPlan, decode_layer_into, decode_layer_tail_into, fused_codes,
                                             mixed_paths_of, type_plan)
 from kernels_numba.cpu.ir.native_call import NO_KERNEL, call_native, native_kernel
+from kernels_numba.cpu.kv_row import register_row_codecs
 from kernels_numba.cpu.matvec.dispatch import leaf_handles, linear_path
 from kernels_numba.kv_type import VALUES_PER_BLOCK, kv_type_of, kv_type_of_code, make_kv_layer
 
@@ -93,9 +94,12 @@ def decode_stack(plans: list, num_tokens: int, k_caches, v_caches, block_tables:
     arguments, layer_types = _stack_arguments(plans, num_tokens, k_caches, v_caches, block_tables)
     if layer_types is None:
         return None
+    layers = _typed_list(arguments)
+    # the loop before the layer kernel: in a first run the chain gets here while the side child compiles
+    # decode_layer_into (compile_decode_step), and compiles the loop meanwhile instead of waiting for both
+    _compile_loop(layers, num_tokens, block_tables)
     kernel = native_kernel(decode_layer_into, layer_types)
-    stack = DecodeStack(num_tokens, tuple(k_caches), tuple(v_caches), block_tables_type, _typed_list(arguments),
-                        kernel)
+    stack = DecodeStack(num_tokens, tuple(k_caches), tuple(v_caches), block_tables_type, layers, kernel)
     stacks[num_tokens] = stack
     return stack
 
@@ -128,7 +132,7 @@ def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int
                         is_tail: bool = False) -> bool:
     """Compiles (or loads from numba's cache) what decode_layers compiles for a decode step of num_tokens tokens of
     a model whose layers have these (q, k, v, o, gate, up, down) weights over a KV cache of type kv_code, from
-    their types alone, before any weight is repacked or read: the attention's tasks kernel, the mat-vecs' leaves,
+    their types alone, before any weight is repacked or read: the mat-vecs' leaves, the attention's tasks kernel,
     decode_layer_into, then the stack's typed List and loop. decode_layer_into's argument types hold no shape and
     no weight type, only the KV cache's array type and mixed_paths (read from the weights' types here).
 
@@ -141,6 +145,12 @@ def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int
     if not layer_codes or any(codes is None for codes in layer_codes):
         return False
     mixed_paths = mixed_paths_of(linear_path(code, num_tokens) for codes in layer_codes for code in codes)
+    if not is_tail:
+        # the layers' leaves, in the reverse of the order a prefill meets them (the chain compiles them from the
+        # other end), first: they call no KV row codec, which the chain is compiling meanwhile (kv_row.py)
+        for code in reversed(dict.fromkeys(code for codes in layer_codes for code in codes)):
+            leaf_handles(linear_path(code, num_tokens), code)
+    register_row_codecs()  # where a side child deferred them: before the attention's kernels
     plan = type_plan(layer_codes[0])
     kv_cache = make_kv_layer(1, 1, 1, VALUES_PER_BLOCK, kv_type_of_code(kv_code))  # keys' and values' type
     block_tables = np.zeros((num_tokens, 1), dtype=np.int32)  # as model_runner and split_decodes give them
@@ -150,9 +160,6 @@ def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int
         _compile_stack_loop(arguments, num_tokens, block_tables)
         decode_layer_tail_into.compile(layer_types)
         return True
-    # the layers' leaves, in the reverse of the order a prefill meets them: the chain compiles them from the other end
-    for code in reversed(dict.fromkeys(code for codes in layer_codes for code in codes)):
-        leaf_handles(linear_path(code, num_tokens), code)
     decode_layer_into.compile(layer_types)
     _compile_stack_loop(arguments, num_tokens, block_tables)
     return True
@@ -160,7 +167,12 @@ def compile_decode_step(layer_mats: list[tuple[WeightTensor, ...]], kv_code: int
 
 def _compile_stack_loop(arguments: tuple, num_tokens: int, block_tables: np.ndarray) -> None:
     """The stack's typed List (_list_of, _append) and loop for layers of these arguments."""
-    layers = _typed_list((arguments, arguments))
+    _compile_loop(_typed_list((arguments, arguments)), num_tokens, block_tables)
+
+
+def _compile_loop(layers, num_tokens: int, block_tables: np.ndarray) -> None:
+    """decode_layers_into for this typed List of layers (compiled, or loaded from numba's cache), as
+    decode_layers calls it."""
     x = np.zeros((num_tokens, 1), dtype=np.float32)
     positions = slots = np.zeros(num_tokens, dtype=np.int64)
     decode_layers_into.compile(tuple(numba.typeof(value) for value in (x, layers, block_tables, positions, slots))

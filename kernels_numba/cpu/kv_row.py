@@ -5,6 +5,7 @@ Encoding does reference_kv's float32 operations in its order (no fastmath), so t
 compiles, so a float32 cache is read in place exactly as before and a byte cache (any other type) costs one
 branch on the type code per row; attention decodes rows one at a time, never the whole context.
 """
+import functools
 import math
 
 import llvmlite.binding as llvm
@@ -333,21 +334,31 @@ _ROW_CALL = types.void(types.CPointer(types.uint8), types.int64, types.int64, ty
                        types.int64)  # (row bytes, row_bytes, kv_type, float32 values, width)
 
 
-@cfunc(_ROW_CALL, cache=True)
-def _decode_row_c(row, row_bytes, kv_type, out, width):
+# Compiled (or loaded) when registered, not at import: a first run's side child imports the kernels with the
+# registration deferred (kernels_numba.cpu: DEFER_ROW_CODECS_ENV) and compiles the decode step's mat-vec leaves
+# first, while the chain compiles these (~4 s on a 2-vCPU AMD EPYC Zen 3): both had started with them, one waiting
+# for the other's compile (compile_lock.py), one core idle.
+def _decode_row(row, row_bytes, kv_type, out, width):
     decode_kv_row(carray(row, row_bytes), kv_type, carray(out, width))
 
 
-@cfunc(_ROW_CALL, cache=True)
-def _encode_row_c(row, row_bytes, kv_type, values, width):
+def _encode_row(row, row_bytes, kv_type, values, width):
     encode_kv_row(carray(values, width), kv_type, carray(row, row_bytes))
+
+
+@functools.cache
+def row_codecs() -> tuple:
+    """The two codecs (decode, encode) as C-callable functions, compiled or loaded from the cache once."""
+    return cfunc(_ROW_CALL, cache=True)(_decode_row), cfunc(_ROW_CALL, cache=True)(_encode_row)
 
 
 def register_row_codecs() -> None:
     """Put the two codecs' addresses in LLVM's symbol table (compiling them, or loading them from the cache):
-    before any kernel that calls them compiles or loads."""
-    llvm.add_symbol(DECODE_SYMBOL, _decode_row_c.address)
-    llvm.add_symbol(ENCODE_SYMBOL, _encode_row_c.address)
+    before any kernel that calls them compiles or loads. Once a process: later calls do nothing."""
+    decode, encode = row_codecs()
+    if llvm.address_of_symbol(DECODE_SYMBOL) != decode.address:
+        llvm.add_symbol(DECODE_SYMBOL, decode.address)
+        llvm.add_symbol(ENCODE_SYMBOL, encode.address)
 
 
 def _call_row_codec(symbol: str):

@@ -5,7 +5,7 @@ import argparse
 import functools
 import json
 
-from .common import add_engine_arguments, add_model_argument, make_engine
+from .common import add_engine_arguments, add_model_argument, engine_config, make_engine
 
 
 def add_parser(subparsers) -> None:
@@ -30,24 +30,29 @@ def kv_report(engine) -> dict:
 
 def rehearse(args: argparse.Namespace) -> None:
     """A first run's rehearsal in child processes (commands/first_run.py): the load and one short round of each
-    test, so that the measured process loads its kernels from the cache (its peak RSS then holds no compiles)."""
+    test, so that the measured process loads its kernels from the cache (its peak RSS then holds no compiles). On
+    all its threads whatever the side child keeps busy: the bench runs after the side child, on a quiet machine's."""
     from ..engine.benchmark import run_benchmark
 
-    engine = make_engine(args, enable_prefix_caching=False)
+    engine = make_engine(args, enable_prefix_caching=False, follow_free_cores=False)
     run_benchmark(engine, args.n_prompt, min(args.n_gen, 2), 1, warmup=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..registry import resolve_model
-    from .first_run import compile_first_run_kernels
+    from .first_run import compile_first_run_kernels, end_side_child, rehearse_decode_step
 
     if args.repetitions < 1 or args.n_prompt < 0 or args.n_gen < 0:
         raise ValueError("bench needs -r >= 1, -p >= 0 and -n >= 0")
     # like llama-bench: a context just big enough for the test, so the KV cache is sized as llama.cpp's is
     args.ctx_size = args.n_prompt + args.n_gen + 16
-    code = compile_first_run_kernels(args, resolve_model(args.model), functools.partial(rehearse, args))
+    model_path = resolve_model(args.model)
+    code = compile_first_run_kernels(args, model_path, functools.partial(rehearse, args),
+                                     side_rehearsal=functools.partial(rehearse_decode_step,
+                                                                      engine_config(args, model_path)))
     if code:  # a cold cache: compiled in child processes before numba is imported here
         return code
+    end_side_child()  # the chain's decode waited for the side child's compiles: it is done or saving
     import numba
 
     from ..compile_progress_line import report_compiles_to_stderr

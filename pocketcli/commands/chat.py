@@ -6,6 +6,7 @@ import functools
 import importlib
 import sys
 
+from ..config import EngineConfig
 from ..errors import UsageError
 from .common import (add_engine_arguments, add_model_argument, add_sampling_arguments, engine_config,
                      sampling_settings, set_cpu_threads)
@@ -56,23 +57,12 @@ def make_session(args: argparse.Namespace):
 def rehearse(model: str, engine_options: dict) -> None:
     """The session's load (ChatSession._make_engine: the engine and a first turn's warm-up) in a first run's child
     processes (commands/first_run.py): its kernels go to the cache, and the chat's own process loads them."""
-    from ..config import EngineConfig
     from ..engine.warm_up import CHAT_WARM_UP_TOKENS, warm_up
     from ..engine_factory import make_engine
     from ..registry import resolve_model
 
     warm_up(make_engine(EngineConfig(model_path=resolve_model(model, for_chat=True), **engine_options)),
             CHAT_WARM_UP_TOKENS)
-
-
-def rehearse_decode_step(model: str, engine_options: dict) -> None:
-    """A first run's side child for the chat (first_run.ChildChain): the fused decode step's kernels from the
-    weights' types (engine/decode_step_ahead.py), beside the chain that rehearses the session's load."""
-    from ..config import EngineConfig
-    from ..engine.decode_step_ahead import compile_decode_step_ahead
-    from ..registry import resolve_model
-
-    compile_decode_step_ahead(EngineConfig(model_path=resolve_model(model, for_chat=True), **engine_options))
 
 
 class AppFirstRun:
@@ -87,14 +77,16 @@ class AppFirstRun:
 
     def __call__(self, model: str | None, on_progress) -> None:
         from ..registry import resolve_model
-        from .first_run import ChildChain, cold_stamp
+        from .first_run import ChildChain, cold_stamp, rehearse_decode_step
 
-        stamp = cold_stamp(self.args, resolve_model(model, for_chat=True))
+        model_path = resolve_model(model, for_chat=True)
+        stamp = cold_stamp(self.args, model_path)
         if stamp is None or self.is_cancelled:
             return
         self.chain = ChildChain(on_progress)
         self.chain.run(functools.partial(rehearse, model, self.engine_options), stamp,
-                       side_rehearsal=functools.partial(rehearse_decode_step, model, self.engine_options))
+                       side_rehearsal=functools.partial(rehearse_decode_step,
+                                                        EngineConfig(model_path=model_path, **self.engine_options)))
 
     def cancel(self) -> None:
         self.is_cancelled = True
@@ -104,7 +96,7 @@ class AppFirstRun:
 
 def run(args: argparse.Namespace) -> int:
     from ..registry import resolve_model
-    from .first_run import compile_first_run_kernels, end_side_child
+    from .first_run import compile_first_run_kernels, end_side_child, rehearse_decode_step
 
     set_cpu_threads(args.threads)
     args.model = args.model or default_model(for_chat=True)  # an instruct model: the base default cannot chat
@@ -113,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
         session.first_run = AppFirstRun(args, session.engine_options)
         return launch_chat_app(session)
     rehearsal = functools.partial(rehearse, args.model, session.engine_options)
-    side_rehearsal = functools.partial(rehearse_decode_step, args.model, session.engine_options)
-    code = compile_first_run_kernels(args, resolve_model(args.model, for_chat=True), rehearsal, side_rehearsal)
+    model_path = resolve_model(args.model, for_chat=True)
+    side_rehearsal = functools.partial(rehearse_decode_step, EngineConfig(model_path=model_path,
+                                                                          **session.engine_options))
+    code = compile_first_run_kernels(args, model_path, rehearsal, side_rehearsal=side_rehearsal)
     if code:  # a cold cache: compiled in child processes before the chat loads (its progress line on stderr)
         return code
     end_side_child()  # the chain's decode waited for the side child's compiles: it is done or saving

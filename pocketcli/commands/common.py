@@ -68,7 +68,8 @@ def engine_config(args: argparse.Namespace, model_path: str, **overrides) -> Eng
     tp_size = settings.get("tp_size")
     draft = settings.get("draft_model_path")
     settings.update(backend=backend, devices=devices, tp_size=tp_size if tp_size is not None else len(devices) or 1,
-                    draft_model_path=resolve_model(draft) if draft else None, follow_free_cores=True, **overrides)
+                    draft_model_path=resolve_model(draft) if draft else None, follow_free_cores=True)
+    settings.update(overrides)  # a first run's rehearsal runs on all threads (follow_free_cores=False)
     return EngineConfig(model_path=model_path, **settings)
 
 

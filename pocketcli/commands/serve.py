@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..server import make_app
-    from .first_run import compile_first_run_kernels, end_side_child
+    from .first_run import compile_first_run_kernels, end_side_child, rehearse_decode_step
 
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
@@ -125,16 +125,6 @@ def rehearse(config: EngineConfig, num_threads: int) -> None:
 
     set_cpu_threads(num_threads)
     warm_up(make_engine(dataclasses.replace(config, follow_free_cores=False)))
-
-
-def rehearse_decode_step(config: EngineConfig) -> None:
-    """A first run's side child (first_run.py): the fused decode step's kernels from the weights' types
-    (engine/decode_step_ahead.py), beside the chain that rehearses the load and its warm-up. Without it the chain
-    compiled them too, one kernel after another on one core while the other idled: SmolLM2-135M-Instruct on a
-    2-vCPU AMD EPYC Zen 3 (AVX2), 164 kernels in 56.4 s."""
-    from ..engine.decode_step_ahead import compile_decode_step_ahead
-
-    compile_decode_step_ahead(config)
 
 
 def load_engine(app, config: EngineConfig, server, num_threads: int = 0) -> None:

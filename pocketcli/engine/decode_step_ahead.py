@@ -9,9 +9,12 @@ the reverse of the order the chain meets the kernels they share, and the tail ch
 """
 from __future__ import annotations
 
+import os
+
 from gguf_loader.hparams import read_hparams
+import kernels_numba
 from kernels_numba import get_ops
-from kernels_numba.kv_type import kv_type_named
+from kernels_numba.kv_type import DEFER_ROW_CODECS_ENV, kv_type_named
 
 from ..config import EngineConfig
 from ..model_source import open_model_file, vocab_size_of
@@ -21,9 +24,22 @@ from ..models import make_model
 def compile_decode_step_ahead(config: EngineConfig, is_tail: bool = False) -> bool:
     """Compiles (or loads) the fused decode step's kernels for config's model from its header and weights' types,
     reading no weight (is_tail: the tail child's part); False where nothing applies (another backend, --tp, a model
-    without the fused layer)."""
-    if config.backend != "cpu" or config.tp_size != 1:
+    without the fused layer). On the CPU the KV row codecs are registered when it returns, whatever it compiled."""
+    if config.backend != "cpu":
         return False
+    is_compiled = config.tp_size == 1 and _compile_decode_step(config, is_tail)
+    kernels_numba.register_row_codecs()  # deferred in a side child (defer_row_codecs): registered for whatever it runs next
+    return is_compiled
+
+
+def _compile_decode_step(config: EngineConfig, is_tail: bool) -> bool:
     model_file = open_model_file(config.model_path)
     model = make_model(model_file, read_hparams(model_file.metadata, vocab_size_of(model_file)), get_ops("cpu"))
     return model.compile_decode_step(kv_type_named(config.kv_type).code, is_tail=is_tail)
+
+
+def defer_row_codecs() -> None:
+    """A side child's first step, before it imports the kernels: the KV row codecs are registered (compiled, or
+    loaded from the cache) only once compile_decode_step_ahead needs them, after the mat-vec leaves, while the
+    chain compiles them (kernels_numba/cpu/kv_row.py)."""
+    os.environ[DEFER_ROW_CODECS_ENV] = "1"

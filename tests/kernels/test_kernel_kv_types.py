@@ -148,5 +148,35 @@ def test_row_codecs_are_one_external_function_each():
     import kernels_numba.cpu  # noqa: F401  (registers the codecs)
     from kernels_numba.cpu import kv_row
 
-    assert llvm.address_of_symbol(kv_row.DECODE_SYMBOL) == kv_row._decode_row_c.address
-    assert llvm.address_of_symbol(kv_row.ENCODE_SYMBOL) == kv_row._encode_row_c.address
+    decode, encode = kv_row.row_codecs()
+    assert llvm.address_of_symbol(kv_row.DECODE_SYMBOL) == decode.address
+    assert llvm.address_of_symbol(kv_row.ENCODE_SYMBOL) == encode.address
+
+
+DEFERRED_CODECS = """
+import llvmlite.binding as llvm
+import kernels_numba.cpu
+from kernels_numba.cpu import kv_row
+assert not llvm.address_of_symbol(kv_row.DECODE_SYMBOL) and kv_row.row_codecs.cache_info().currsize == 0
+kv_row.register_row_codecs()
+kv_row.register_row_codecs()  # once: the second does nothing
+decode, encode = kv_row.row_codecs()
+assert llvm.address_of_symbol(kv_row.DECODE_SYMBOL) == decode.address
+assert llvm.address_of_symbol(kv_row.ENCODE_SYMBOL) == encode.address
+print("deferred")
+"""
+
+
+def test_a_side_child_can_defer_the_row_codecs_until_it_registers_them():
+    """A first run's side child imports the kernels without compiling the KV row codecs (the chain compiles them
+    meanwhile): they are compiled or loaded only when registered."""
+    import os
+    import subprocess
+    import sys
+
+    from kernels_numba.kv_type import DEFER_ROW_CODECS_ENV
+
+    env = {**os.environ, DEFER_ROW_CODECS_ENV: "1"}
+    done = subprocess.run([sys.executable, "-c", DEFERRED_CODECS], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "deferred", done.stderr[-3000:]
