@@ -49,6 +49,7 @@ _PUBLIC_NAMES = {
     "MAX_RUN_TOKENS": ("kernels_numba.cpu.matvec.dispatch", "MAX_RUN_TOKENS"),
     "register_row_codecs": ("kernels_numba.cpu.kv_row", "register_row_codecs"),
     "PARALLEL_MIN_WORK": ("kernels_numba.cpu.parallel_policy", "PARALLEL_MIN_WORK"),
+    "use_threads": ("kernels_numba.cpu.parallel_policy", "use_threads"),
     "leaf_jobs": ("kernels_numba.cpu.matvec.dispatch", "leaf_jobs"),
     "compile_leaf": ("kernels_numba.cpu.matvec.dispatch", "compile_leaf"),
     "current_cuda_stream": ("kernels_numba.cuda.launch_stream", "current_stream"),

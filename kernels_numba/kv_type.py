@@ -33,6 +33,7 @@ MAX_Q4_0_OUTLIER_WIDTH = 256  # a one-byte index
 # a first run's side child that compiles other kernels first; set before that import, in that process alone
 DEFER_ROW_CODECS_ENV = "POCKET_DEFER_KV_CODECS"
 
+
 def q4_0_outliers(width: int) -> int:
     """Values kept apart in a q4_0 row of `width` values: as many as keep the row within 0.15x of float32's bytes
     (0.6 width >= 18 width / 32 + 3 n: n <= width / 80); none in rows too wide for a one-byte index."""

@@ -6,9 +6,9 @@ from numba.core import entrypoints as _numba_entrypoints
 from numba.core.registry import cpu_target
 
 from kernels_numba import numba_cache_load as _numba_cache_load, nrt_cache as _nrt_cache
-from kernels_numba.kv_type import DEFER_ROW_CODECS_ENV
 from kernels_numba.cpu import cache_guard as _cache_guard
 from kernels_numba.cpu.ir import byte_dot as _byte_dot, half_symbols as _half_symbols
+from kernels_numba.kv_type import DEFER_ROW_CODECS_ENV
 
 _cache_guard.clear_stale_numba_cache(Path(__file__).parent)
 # a warm start loads every kernel from the cache: without readying numba for compiles it does not make

@@ -151,18 +151,18 @@ def start_side_child(side_rehearsal: Callable[[], None] | None) -> subprocess.Po
     return child
 
 
-def rehearse_decode_step(config) -> None:
+def rehearse_decode_step(config) -> bool:
     """A side rehearsal (chat, serve, bench): the fused decode step's kernels of config's model (an EngineConfig)
     from the weights' types (engine/decode_step_ahead.py), beside the chain that rehearses the load. Without it
     serve's chain compiled them too, one kernel after another on one core while the other idled (SmolLM2-135M-Instruct
     on a 2-vCPU AMD EPYC Zen 3, AVX2: 164 kernels in 56.4 s). These commands take no tail child (generate's): their
     chains rehearse a decode step, so they complete only once the side child has saved its kernels (they wait for its
     compiles, compile_lock.py), and a tail child then started compiled its part again (the chat app's first reply
-    41.6-41.7 s -> 42.6-44.8 s)."""
+    41.6-41.7 s -> 42.6-44.8 s). Whether it compiled the step (compile_decode_step_ahead)."""
     from ..engine.decode_step_ahead import compile_decode_step_ahead, defer_row_codecs
 
     defer_row_codecs()
-    compile_decode_step_ahead(config)
+    return compile_decode_step_ahead(config)
 
 
 def end_side_child(grace_s: float = SIDE_CHILD_GRACE_S) -> None:

@@ -142,11 +142,10 @@ def rehearse_decode(args: argparse.Namespace, prompt: str | None) -> None:
     (engine/decode_step_ahead.py), and the rest of a decode step is the first token's (embedding, head, sampling),
     which the chain compiles; otherwise (and with --spec, whose steps verify drafts) a decode is rehearsed:
     the prompt cut to its first token, then one more token, sampled as this run samples."""
-    from ..engine.decode_step_ahead import compile_decode_step_ahead, defer_row_codecs
+    from .first_run import rehearse_decode_step
 
-    defer_row_codecs()
     config = _rehearsal_config(args)
-    if compile_decode_step_ahead(config) and not config.spec:
+    if rehearse_decode_step(config) and not config.spec:
         return
     engine = make_engine(args)
     params = make_sampling_params(args, engine.model_file.metadata)

@@ -16,9 +16,7 @@ SmolLM2-135M-Instruct, 2-vCPU AMD EPYC Zen 3: the 8 streams' first tokens took 1
 """
 from __future__ import annotations
 
-import numba
-
-from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES, PARALLEL_MIN_WORK
+from kernels_numba import MAX_RUN_TOKENS, MIN_BLOCKED_QUERIES, PARALLEL_MIN_WORK, use_threads
 
 from ..sampling_params import SamplingParams
 
@@ -66,15 +64,13 @@ def warm_up(engine, prompt_tokens: int | None = None) -> None:
 
 
 def num_companions(max_num_seqs: int, vocab_size: int) -> int:
-    """Companion requests beside the warm-up request: one (a single API-default row), or as many as the pool takes
-    rows together for (softmax_draw: rows x vocabulary >= PARALLEL_MIN_WORK) where the engine decodes that many
-    sequences and has threads; none for an engine of one sequence (generate and chat, which sample with cuts)."""
+    """Companion requests beside the warm-up request: one (a single API-default row), or the fewest rows that
+    softmax_draw_rows draws on the pool (several, use_threads of rows x vocabulary) where the engine decodes that
+    many sequences beside the warm-up request; none for an engine of one sequence (generate and chat, which sample
+    with cuts)."""
     if max_num_seqs < 2:
         return 0
-    rows_for_pool = max(2, -(-PARALLEL_MIN_WORK // max(1, vocab_size)))  # several rows: the pool's kernel
-    if numba.get_num_threads() > 1 and rows_for_pool <= max_num_seqs - 1:
-        return rows_for_pool
-    return 1
+    return next((rows for rows in range(2, max_num_seqs) if use_threads(rows * vocab_size)), 1)
 
 
 def whole_vocabulary_params(max_tokens: int) -> SamplingParams:
